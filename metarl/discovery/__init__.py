@@ -1,0 +1,1 @@
+"""The discovery loop: population and selection, prompts, proposers."""

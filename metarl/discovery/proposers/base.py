@@ -1,0 +1,79 @@
+"""The contract between the discovery loop and a proposer.
+
+The loop builds a `ProposalRequest` (the task, the parents it selected, inspirations, the best
+so far, an RNG seed) and a proposer answers with a `Proposal` (source text, or a failure with a
+reason). After the candidate is evaluated, the loop calls `feedback` with the outcome, so a
+conversational proposer can tell the model how its program did. Proposers never evaluate code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from metarl.evaluators.outcome import Outcome
+from metarl.tasks.base import Task
+
+
+@dataclass
+class ParentInfo:
+    """What a proposer may know about an archived candidate."""
+
+    id: str
+    code: str
+    name: str = ""
+    thought: str = ""
+    fitness: float | None = None
+    outcome: Outcome | None = None  # per-env scores, stage and failure reason
+    generation: int = 0
+
+
+@dataclass
+class ProposalRequest:
+    task: Task
+    parents: list[ParentInfo]  # one (mutation/rewrite/diff) or two (crossover)
+    inspirations: list[ParentInfo] = field(default_factory=list)  # other good programs
+    best: ParentInfo | None = None
+    generation: int = 0
+    island: int = 0
+    rng_seed: int = 0  # the proposer's randomness for this request; a run is reproducible
+
+
+@dataclass
+class LLMCall:
+    """One round-trip with a language model, as archived in the `messages`/calls record."""
+
+    model: str
+    prompt: list[dict[str, str]]  # chat messages sent
+    reply: str | None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cost_usd: float | None = None  # None when the price is unknown
+    latency_s: float = 0.0
+    error: str | None = None
+
+
+@dataclass
+class Proposal:
+    code: str | None  # None when the proposer could not produce a program
+    name: str = ""
+    thought: str = ""
+    parent_ids: list[str] = field(default_factory=list)
+    proposer: str = ""  # e.g. "mutation:constant" or "llm:openai/gpt-4o-mini"
+    operator: str = ""  # edit form: mutation kind, rewrite, diff, crossover
+    failure: str | None = None  # why no code, when code is None
+    calls: list[LLMCall] = field(default_factory=list)
+
+
+class Proposer(Protocol):
+    name: str
+
+    def propose(self, request: ProposalRequest) -> Proposal: ...
+
+    def feedback(self, proposal: Proposal, outcome: Outcome, candidate_id: str) -> None:
+        """Called once per proposal after evaluation (or after dedup/failure)."""
+
+    def get_state(self) -> dict[str, Any]:
+        """JSON-serialisable state needed to resume exactly (RNG, dialogue position)."""
+
+    def set_state(self, state: dict[str, Any]) -> None: ...

@@ -1,0 +1,1 @@
+"""Scoring candidates: the PPO trainer, environment suites, scores, the sandboxed cascade."""

@@ -1,0 +1,261 @@
+"""PPO in the purejaxrl style, with the two components metarl discovers plugged in.
+
+`make_train(config, components)` returns `train(rng) -> TrainResult`, a pure function that is
+jitted end to end and vmapped over seeds by the caller. Its structure mirrors the algorithm:
+
+    for each update (lax.scan):
+        collect num_steps x num_envs transitions          (lax.scan over env steps)
+        compute GAE advantages, bootstrapping time-limit truncations from V(final_obs)
+        for each epoch, for each minibatch                 (lax.scan, lax.scan)
+            loss = -mean(ratio*A - drift(ratio, A, eps)) + vf*value_loss - ent*entropy
+            params <- optimizer(clip_by_global_norm(grad))
+
+With the PPO-clip drift and Adam this *is* PPO. The learning curve is downsampled to
+`config.num_log_points` points (an outer scan over chunks of updates), so memory does not grow
+with the run length. Non-finite losses or parameters are tracked per update: silent NaN inside
+jit would otherwise train on and report a plausible return.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from metarl.evaluators.configs import PPOConfig
+from metarl.evaluators.environments import make_env
+from metarl.evaluators.networks import ActorCritic, entropy, log_prob, sample_action
+
+DriftFn = Callable[[jax.Array, jax.Array, float], jax.Array]
+Schedule = Callable[[jax.Array], jax.Array]
+OptimizerFactory = Callable[[Schedule, PPOConfig], optax.GradientTransformation]
+
+
+def ppo_clip_drift(ratio: jax.Array, advantage: jax.Array, epsilon: float) -> jax.Array:
+    """PPO's clipped objective written as a drift: ratio*A - drift = min(ratio*A, clip(ratio)*A)."""
+    return jax.nn.relu((ratio - jnp.clip(ratio, 1.0 - epsilon, 1.0 + epsilon)) * advantage)
+
+
+def adam_optimizer(learning_rate: Schedule, config: PPOConfig) -> optax.GradientTransformation:
+    return optax.adam(learning_rate, eps=config.adam_eps)
+
+
+@dataclass(frozen=True)
+class Components:
+    """The algorithm components a candidate may replace. The defaults are PPO with Adam."""
+
+    drift: DriftFn = ppo_clip_drift
+    make_optimizer: OptimizerFactory = adam_optimizer
+
+
+class Transition(NamedTuple):
+    obs: jax.Array
+    action: jax.Array
+    log_prob: jax.Array
+    value: jax.Array
+    reward: jax.Array
+    done: jax.Array  # terminated or truncated: the trajectory is cut here either way
+    truncated: jax.Array  # cut by the time limit: bootstrap from V(final_obs)
+    final_obs: jax.Array
+
+
+class TrainResult(NamedTuple):
+    steps: jax.Array  # [num_log_points] env steps at the end of each logged chunk
+    episode_return: jax.Array  # [num_log_points] mean return of episodes ended in the chunk
+    episodes: jax.Array  # [num_log_points] number of episodes ended in the chunk
+    actor_loss: jax.Array  # [num_log_points]
+    value_loss: jax.Array  # [num_log_points]
+    entropy: jax.Array  # [num_log_points]
+    first_nonfinite_update: jax.Array  # scalar int32, -1 when every update stayed finite
+
+
+def learning_rate_schedule(config: PPOConfig) -> Schedule:
+    """purejaxrl's linear annealing: constant within an update, 0 after the last one."""
+    steps_per_update = config.num_minibatches * config.update_epochs
+
+    def schedule(count: jax.Array) -> jax.Array:
+        if not config.anneal_lr:
+            return jnp.asarray(config.lr, jnp.float32)
+        fraction = 1.0 - (count // steps_per_update) / config.num_updates
+        return config.lr * fraction
+
+    return schedule
+
+
+def compute_gae(
+    traj: Transition, final_value: jax.Array, last_value: jax.Array, gamma: float, lam: float
+):
+    """Generalised advantage estimation, scanning backwards over the rollout.
+
+    A step cut by the time limit is not terminal: its return continues past the cut, so it is
+    bootstrapped with gamma * V(final_obs) before the trajectory boundary zeroes the future.
+    """
+
+    def backward(carry, inputs):
+        t, final_v = inputs
+        next_advantage, next_value = carry
+        bootstrap = gamma * final_v * t.truncated
+        not_done = 1.0 - t.done
+        delta = t.reward + bootstrap + gamma * next_value * not_done - t.value
+        advantage = delta + gamma * lam * not_done * next_advantage
+        return (advantage, t.value), advantage
+
+    _, advantages = jax.lax.scan(
+        backward, (jnp.zeros_like(last_value), last_value), (traj, final_value), reverse=True
+    )
+    return advantages, advantages + traj.value
+
+
+def _tree_all_finite(tree: Any) -> jax.Array:
+    leaves = jax.tree.leaves(tree)
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves]))
+
+
+def make_train(config: PPOConfig, components: Components = Components()):
+    """Build `train(rng) -> TrainResult` for one seed; vmap it over seeds and jit."""
+    env = make_env(config.env_name)
+    network = ActorCritic(
+        num_actions=env.num_actions,
+        hidden_size=config.hidden_size,
+        num_layers=config.num_layers,
+        activation=config.activation,
+    )
+    optimizer = optax.chain(
+        optax.clip_by_global_norm(config.max_grad_norm),
+        components.make_optimizer(learning_rate_schedule(config), config),
+    )
+    drift = components.drift
+    num_points = min(config.num_log_points, config.num_updates)
+    updates_per_point = config.num_updates // num_points
+    # Updates that do not divide evenly run first and are not logged (early training).
+    warmup_updates = config.num_updates - num_points * updates_per_point
+
+    def loss_fn(params, batch: Transition, advantage, target):
+        logits, value = network.apply(params, batch.obs)
+        new_log_prob = log_prob(logits, batch.action)
+        ratio = jnp.exp(new_log_prob - batch.log_prob)
+        advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
+        actor_loss = -jnp.mean(ratio * advantage - drift(ratio, advantage, config.clip_eps))
+
+        clipped_value = batch.value + jnp.clip(
+            value - batch.value, -config.clip_eps, config.clip_eps
+        )
+        value_loss = 0.5 * jnp.mean(
+            jnp.maximum(jnp.square(value - target), jnp.square(clipped_value - target))
+        )
+        ent = jnp.mean(entropy(logits))
+        total = actor_loss + config.vf_coef * value_loss - config.ent_coef * ent
+        return total, (actor_loss, value_loss, ent)
+
+    def env_step(carry, key):
+        params, env_state, obs, episode_return = carry
+        key_action, key_step = jax.random.split(key)
+        logits, value = network.apply(params, obs)
+        action = sample_action(key_action, logits)
+        step_keys = jax.random.split(key_step, config.num_envs)
+        step = jax.vmap(env.step)(step_keys, env_state, action)
+        done = jnp.logical_or(step.terminated, step.truncated)
+        transition = Transition(
+            obs=obs,
+            action=action,
+            log_prob=log_prob(logits, action),
+            value=value,
+            reward=step.reward,
+            done=done.astype(jnp.float32),
+            truncated=step.truncated.astype(jnp.float32),
+            final_obs=step.final_obs,
+        )
+        episode_return = episode_return + step.reward
+        finished_return = jnp.sum(jnp.where(done, episode_return, 0.0))
+        episode_return = jnp.where(done, 0.0, episode_return)
+        stats = (finished_return, jnp.sum(done))
+        return (params, step.state, step.obs, episode_return), (transition, stats)
+
+    def update_minibatch(carry, minibatch):
+        params, opt_state = carry
+        batch, advantage, target = minibatch
+        grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+        (total, aux), grads = grad_fn(params, batch, advantage, target)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        params = optax.apply_updates(params, updates)
+        return (params, opt_state), (total, aux)
+
+    def update_epoch(carry, key, traj, advantages, targets):
+        params, opt_state = carry
+        permutation = jax.random.permutation(key, config.batch_size)
+
+        def to_minibatches(x):
+            x = x.reshape((config.batch_size,) + x.shape[2:])[permutation]
+            return x.reshape((config.num_minibatches, config.minibatch_size) + x.shape[1:])
+
+        minibatches = jax.tree.map(to_minibatches, (traj, advantages, targets))
+        return jax.lax.scan(update_minibatch, (params, opt_state), minibatches)
+
+    def update(runner, update_index):
+        params, opt_state, env_state, obs, episode_return, first_bad, key = runner
+        key, key_rollout, key_epochs = jax.random.split(key, 3)
+
+        (params, env_state, obs, episode_return), (traj, (ret_sum, ret_count)) = jax.lax.scan(
+            env_step,
+            (params, env_state, obs, episode_return),
+            jax.random.split(key_rollout, config.num_steps),
+        )
+        _, last_value = network.apply(params, obs)
+        # One batched forward pass over the whole rollout, cheaper than one per env step.
+        _, final_value = network.apply(params, traj.final_obs)
+        advantages, targets = compute_gae(
+            traj, final_value, last_value, config.gamma, config.gae_lambda
+        )
+
+        (params, opt_state), (total, (actor, value, ent)) = jax.lax.scan(
+            lambda c, k: update_epoch(c, k, traj, advantages, targets),
+            (params, opt_state),
+            jax.random.split(key_epochs, config.update_epochs),
+        )
+        finite = jnp.all(jnp.isfinite(total)) & _tree_all_finite(params)
+        first_bad = jnp.where((first_bad < 0) & ~finite, update_index, first_bad)
+        metrics = (ret_sum.sum(), ret_count.sum(), actor.mean(), value.mean(), ent.mean())
+        return (params, opt_state, env_state, obs, episode_return, first_bad, key), metrics
+
+    def logged_chunk(runner, chunk_index):
+        first_update = warmup_updates + chunk_index * updates_per_point
+        runner, (ret_sum, ret_count, actor, value, ent) = jax.lax.scan(
+            update, runner, first_update + jnp.arange(updates_per_point)
+        )
+        episodes = ret_count.sum()
+        mean_return = jnp.where(episodes > 0, ret_sum.sum() / jnp.maximum(episodes, 1), jnp.nan)
+        steps = (first_update + updates_per_point) * config.batch_size
+        return runner, (steps, mean_return, episodes, actor.mean(), value.mean(), ent.mean())
+
+    def train(rng: jax.Array) -> TrainResult:
+        rng, key_init, key_reset = jax.random.split(rng, 3)
+        params = network.init(key_init, jnp.zeros((env.obs_size,), jnp.float32))
+        opt_state = optimizer.init(params)
+        obs, env_state = jax.vmap(env.reset)(jax.random.split(key_reset, config.num_envs))
+        runner = (
+            params,
+            opt_state,
+            env_state,
+            obs,
+            jnp.zeros((config.num_envs,), jnp.float32),
+            jnp.asarray(-1, jnp.int32),
+            rng,
+        )
+        if warmup_updates:
+            runner, _ = jax.lax.scan(update, runner, jnp.arange(warmup_updates))
+        runner, logged = jax.lax.scan(logged_chunk, runner, jnp.arange(num_points))
+        steps, mean_return, episodes, actor, value, ent = logged
+        return TrainResult(
+            steps=steps,
+            episode_return=mean_return,
+            episodes=episodes,
+            actor_loss=actor,
+            value_loss=value,
+            entropy=ent,
+            first_nonfinite_update=runner[5],
+        )
+
+    return train

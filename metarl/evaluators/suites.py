@@ -1,0 +1,81 @@
+"""Named environment suites: the user's vocabulary for "train on what, for how long".
+
+A suite has training environments (what selection sees) and held-out environments (scored
+for the leaderboard only). Budgets are per environment; `short_budget` is the cascade's cheap
+first look at the first training environment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from metarl.evaluators.configs import PPOConfig, default_config
+
+
+class UnknownSuite(KeyError):
+    def __str__(self) -> str:
+        return self.args[0]
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    envs: tuple[str, ...]
+    total_timesteps: int
+    short_budget: int
+    heldout: tuple[str, ...] = ()
+    default_seeds: int = 4
+    overrides: dict = field(default_factory=dict)
+    description: str = ""
+
+    def config(self, env_name: str, total_timesteps: int | None = None) -> PPOConfig:
+        return default_config(
+            env_name, total_timesteps=total_timesteps or self.total_timesteps, **self.overrides
+        )
+
+    def short_config(self) -> PPOConfig:
+        return self.config(self.envs[0], self.short_budget)
+
+
+SUITES: dict[str, Suite] = {
+    suite.name: suite
+    for suite in (
+        Suite(
+            "smoke",
+            envs=("CartPole-v1",),
+            total_timesteps=50_000,
+            short_budget=20_000,
+            heldout=(),
+            default_seeds=2,
+            description="CartPole-v1 at 5e4 steps: seconds per candidate, for tests",
+        ),
+        Suite(
+            "classic",
+            envs=("CartPole-v1", "Acrobot-v1"),
+            total_timesteps=500_000,
+            short_budget=100_000,
+            heldout=("Catch-bsuite",),
+            default_seeds=4,
+            description="CartPole-v1 and Acrobot-v1 at 5e5 steps: the CPU demo",
+        ),
+        Suite(
+            "minatar",
+            envs=("Breakout-MinAtar", "Asterix-MinAtar", "Freeway-MinAtar", "SpaceInvaders-MinAtar"),
+            total_timesteps=10_000_000,
+            short_budget=1_000_000,
+            heldout=(),
+            default_seeds=8,
+            description="four MinAtar games at 1e7 steps: for a GPU",
+        ),
+    )
+}
+
+
+def suite_names() -> list[str]:
+    return list(SUITES)
+
+
+def get_suite(name: str) -> Suite:
+    if name not in SUITES:
+        raise UnknownSuite(f"unknown suite {name!r}; choose one of: {', '.join(SUITES)}")
+    return SUITES[name]

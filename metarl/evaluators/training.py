@@ -1,0 +1,104 @@
+"""Run one PPO configuration over several seeds (vmapped) and summarise it.
+
+This is the unit every higher layer uses: the cascade's short and full runs, the baseline
+cache, benchmarks. Compilation is timed apart from execution (jit's lower/compile), so the
+numbers separate XLA's fixed cost from training throughput.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Sequence
+
+import jax
+import numpy as np
+
+from metarl.evaluators.configs import PPOConfig
+from metarl.evaluators.ppo import Components, make_train
+
+
+@dataclass
+class EnvRun:
+    """The outcome of training on one environment, over seeds."""
+
+    env: str
+    seeds: list[int]
+    total_timesteps: int
+    final_returns: list[float]  # per seed: mean return of episodes in the last logged chunk
+    curve_steps: list[int]
+    curve: list[float]  # mean over seeds, downsampled learning curve
+    compile_s: float
+    run_s: float
+    nonfinite_update: int | None = None  # first update (any seed) with a NaN/inf loss or param
+    nonfinite_seed: int | None = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(self.final_returns))
+
+    @property
+    def std(self) -> float:
+        return float(np.std(self.final_returns))
+
+    @property
+    def steps_per_s(self) -> float:
+        return len(self.seeds) * self.total_timesteps / self.run_s if self.run_s > 0 else math.nan
+
+    @property
+    def finite(self) -> bool:
+        return self.nonfinite_update is None
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.update(mean=self.mean, std=self.std, steps_per_s=self.steps_per_s)
+        return d
+
+
+def _nan_to_none(values) -> list:
+    return [None if not np.isfinite(v) else float(v) for v in values]
+
+
+def seed_keys(seeds: Sequence[int]) -> jax.Array:
+    return jax.numpy.stack([jax.random.PRNGKey(int(s)) for s in seeds])
+
+
+def run_training(config: PPOConfig, components: Components, seeds: Sequence[int]) -> EnvRun:
+    """Train `components` with `config` on every seed at once and summarise the returns."""
+    seeds = [int(s) for s in seeds]
+    keys = seed_keys(seeds)
+    train = jax.jit(jax.vmap(make_train(config, components)))
+
+    start = time.perf_counter()
+    compiled = train.lower(keys).compile()
+    compile_s = time.perf_counter() - start
+
+    start = time.perf_counter()
+    result = jax.block_until_ready(compiled(keys))
+    run_s = time.perf_counter() - start
+
+    returns = np.asarray(result.episode_return)  # [seeds, points]
+    first_bad = np.asarray(result.first_nonfinite_update)
+    bad_seeds = np.flatnonzero(first_bad >= 0)
+    nonfinite_update = nonfinite_seed = None
+    if bad_seeds.size:
+        worst = bad_seeds[np.argmin(first_bad[bad_seeds])]
+        nonfinite_update, nonfinite_seed = int(first_bad[worst]), seeds[worst]
+
+    final = returns[:, -1]
+    with np.errstate(all="ignore"):
+        curve = np.nanmean(returns, axis=0) if returns.size else returns
+    return EnvRun(
+        env=config.env_name,
+        seeds=seeds,
+        total_timesteps=config.num_updates * config.batch_size,
+        final_returns=[float(x) for x in final],
+        curve_steps=[int(s) for s in np.asarray(result.steps)[0]],
+        curve=_nan_to_none(curve),
+        compile_s=compile_s,
+        run_s=run_s,
+        nonfinite_update=nonfinite_update,
+        nonfinite_seed=nonfinite_seed,
+    )

@@ -1,0 +1,31 @@
+"""The registry of discoverable components. Each task lives in its own sub-package."""
+
+from __future__ import annotations
+
+from metarl.tasks.base import Seed, Task
+
+
+class UnknownTask(KeyError):
+    def __str__(self) -> str:
+        return self.args[0]
+
+
+def _registry() -> dict[str, Task]:
+    from metarl.tasks.drift import TASK as drift
+    from metarl.tasks.optimizer import TASK as optimizer
+
+    return {task.name: task for task in (drift, optimizer)}
+
+
+def task_names() -> list[str]:
+    return list(_registry())
+
+
+def get_task(name: str) -> Task:
+    tasks = _registry()
+    if name not in tasks:
+        raise UnknownTask(f"unknown task {name!r}; choose one of: {', '.join(tasks)}")
+    return tasks[name]
+
+
+__all__ = ["Seed", "Task", "UnknownTask", "get_task", "task_names"]

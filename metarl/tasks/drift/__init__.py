@@ -1,0 +1,52 @@
+"""The `drift` task: a policy-objective drift in the style of mirror learning / LPO."""
+
+from __future__ import annotations
+
+from metarl.tasks.base import Task
+
+CONTRACT = """\
+Write a Python function `drift(ratio, advantage, epsilon)` that defines the drift term of a
+policy-optimisation objective (mirror learning, as in Learned Policy Optimisation).
+
+PPO-style training maximises, for each sampled (state, action),
+    ratio * advantage - drift(ratio, advantage, epsilon)
+i.e. the actor loss is  -mean(ratio * advantage - drift(ratio, advantage, epsilon)).
+
+Inputs (all float32 JAX arrays of the same shape, one element per sample in a minibatch):
+- ratio: pi_new(a|s) / pi_old(a|s), strictly positive, typically in [0.5, 2].
+- advantage: the GAE advantage, normalised to mean 0 and std 1 over the minibatch.
+- epsilon: a Python float, PPO's clip range (0.2 by default); you may use it or ignore it.
+
+Output: a float32 array with exactly the shape of `ratio` (elementwise; no reductions).
+
+Constraints (a drift keeps the new policy close to the old one):
+- drift >= 0 everywhere;
+- drift == 0 and d drift / d ratio == 0 at ratio == 1 (no penalty before the policy moves);
+- finite values and finite gradients for ratio in (0, inf) and any advantage.
+
+Available names: `jax`, `jnp` (jax.numpy), `lax` (jax.lax), `nn` (jax.nn) and `math`; you may
+also `import jax`, `import jax.numpy as jnp`, `from jax import lax, nn`, `import math`.
+Nothing else can be imported. Write pure, jit-compatible code: no Python `if` on array
+values (use jnp.where), no numpy, no I/O, no global state.
+
+Example (PPO's clipped objective):
+    def drift(ratio, advantage, epsilon):
+        clipped_ratio = jnp.clip(ratio, 1.0 - epsilon, 1.0 + epsilon)
+        return jax.nn.relu((ratio - clipped_ratio) * advantage)
+"""
+
+
+def plug(drift_function):
+    from metarl.evaluators.ppo import Components
+
+    return Components(drift=drift_function)
+
+
+TASK = Task(
+    name="drift",
+    function_name="drift",
+    signature="drift(ratio, advantage, epsilon) -> array",
+    contract=CONTRACT,
+    baseline_seed="ppo_clip",
+    plug=plug,
+)

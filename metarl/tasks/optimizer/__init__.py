@@ -1,0 +1,59 @@
+"""The `optimizer` task: an elementwise update rule in the style of OPEN, replacing Adam."""
+
+from __future__ import annotations
+
+from metarl.tasks.base import Task
+from metarl.tasks.optimizer.plug import MOMENTUM_DECAYS, NUM_STATE_SLOTS, rule_optimizer
+
+CONTRACT = f"""\
+Write a Python function
+    optimizer(grad, param, momentum, state, step, progress, lr) -> (update, new_state)
+that is the update rule of the optimizer training a PPO agent's neural networks (it replaces
+Adam). It is applied elementwise, separately to every parameter tensor: every input below has
+the parameter tensor's shape P, with the stated leading axis for momentum and state.
+
+Inputs:
+- grad: float32 [P], the gradient of the PPO loss (already clipped to global norm 0.5).
+- param: float32 [P], the current parameter values.
+- momentum: float32 [{len(MOMENTUM_DECAYS)}, *P], exponential moving averages of grad
+  maintained for you at decays {MOMENTUM_DECAYS} (row i uses decay i; not bias-corrected;
+  they already include this step's grad).
+- state: float32 [{NUM_STATE_SLOTS}, *P], your own per-parameter memory; zeros at the first
+  step; whatever you return as new_state comes back as state on the next step.
+- step: int32 scalar, the number of optimizer steps including this one (1, 2, 3, ...).
+- progress: float32 scalar in [0, 1], the fraction of training completed.
+- lr: float32 scalar, the linearly annealed learning rate tuned for Adam on this environment.
+
+Output: a tuple (update, new_state): update is float32 [P] and is *added* to param (so a
+descent step is negative: e.g. -lr * grad); new_state is float32 [{NUM_STATE_SLOTS}, *P].
+
+Constraints: elementwise (an element of update may only depend on the same element of the
+inputs: no sums, means or norms over the parameter axes); finite values; shapes exactly as
+stated. Available names: `jax`, `jnp`, `lax`, `nn`, `math`; no other imports. Write pure,
+jit-compatible code: no Python `if` on array values (use jnp.where), no numpy, no I/O.
+
+Example (Adam with eps 1e-5):
+    def optimizer(grad, param, momentum, state, step, progress, lr):
+        first = 0.1 * grad + 0.9 * state[0]
+        second = 0.001 * grad ** 2 + 0.999 * state[1]
+        first_hat = first / (1 - 0.9 ** step)
+        second_hat = second / (1 - 0.999 ** step)
+        update = -lr * first_hat / (jnp.sqrt(second_hat) + 1e-5)
+        return update, state.at[0].set(first).at[1].set(second)
+"""
+
+
+def plug(rule):
+    from metarl.evaluators.ppo import Components
+
+    return Components(make_optimizer=lambda schedule, config: rule_optimizer(rule, schedule))
+
+
+TASK = Task(
+    name="optimizer",
+    function_name="optimizer",
+    signature="optimizer(grad, param, momentum, state, step, progress, lr) -> (update, new_state)",
+    contract=CONTRACT,
+    baseline_seed="adam",
+    plug=plug,
+)

@@ -42,6 +42,7 @@ class Outcome:
     fitness: float | None = None  # aggregate normalised score over the training envs
     heldout: float | None = None  # aggregate over held-out envs; never used for selection
     fingerprint: str | None = None  # hash of outputs on the task's fixed probe batch
+    duplicate_of: str | None = None  # id of an archived candidate with the same fingerprint
     timings: dict[str, float] = field(default_factory=dict)  # stage or phase -> seconds
     stdout: str = ""  # the candidate's captured (truncated) output, for debugging only
 

@@ -77,3 +77,12 @@ class Proposer(Protocol):
         """JSON-serialisable state needed to resume exactly (RNG, dialogue position)."""
 
     def set_state(self, state: dict[str, Any]) -> None: ...
+
+    def drain_messages(self) -> list[dict[str, str]]:
+        """Dialogue messages ({"role", "content"}) added since the last drain. The loop writes
+        them to the archive's `messages` table in the same transaction as the candidate, after
+        feedback, so a resumed run continues the same conversation. [] for non-dialogue
+        proposers."""
+
+    def restore_messages(self, messages: list[dict[str, str]]) -> None:
+        """On resume: the run's archived messages, in order."""

@@ -62,6 +62,15 @@ class Transition(NamedTuple):
     final_obs: jax.Array
 
 
+class Batch(NamedTuple):
+    """What the loss needs from a transition (the rest stays out of the minibatch shuffles)."""
+
+    obs: jax.Array
+    action: jax.Array
+    log_prob: jax.Array
+    value: jax.Array
+
+
 class TrainResult(NamedTuple):
     steps: jax.Array  # [num_log_points] env steps at the end of each logged chunk
     episode_return: jax.Array  # [num_log_points] mean return of episodes ended in the chunk
@@ -133,7 +142,7 @@ def make_train(config: PPOConfig, components: Components = Components()):
     # Updates that do not divide evenly run first and are not logged (early training).
     warmup_updates = config.num_updates - num_points * updates_per_point
 
-    def loss_fn(params, batch: Transition, advantage, target):
+    def loss_fn(params, batch: Batch, advantage, target):
         logits, value = network.apply(params, batch.obs)
         new_log_prob = log_prob(logits, batch.action)
         ratio = jnp.exp(new_log_prob - batch.log_prob)
@@ -191,7 +200,8 @@ def make_train(config: PPOConfig, components: Components = Components()):
             x = x.reshape((config.batch_size,) + x.shape[2:])[permutation]
             return x.reshape((config.num_minibatches, config.minibatch_size) + x.shape[1:])
 
-        minibatches = jax.tree.map(to_minibatches, (traj, advantages, targets))
+        batch = Batch(traj.obs, traj.action, traj.log_prob, traj.value)
+        minibatches = jax.tree.map(to_minibatches, (batch, advantages, targets))
         return jax.lax.scan(update_minibatch, (params, opt_state), minibatches)
 
     def update(runner, update_index):

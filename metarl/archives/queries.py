@@ -1,0 +1,233 @@
+"""Read-side queries over an archive: leaderboard, lineage, run summaries, export."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import dataclass, field
+
+from metarl.archives.store import Archive, ArchiveError, _decode
+
+
+@dataclass
+class LeaderRow:
+    rank: int
+    id: str
+    run_id: str
+    name: str
+    env_scores: dict[str, float | None]  # training env -> normalised score (selection seeds)
+    fitness: float | None  # normalised aggregate on the selection seeds
+    confirmed: float | None  # aggregate re-evaluated on more seeds (elites only)
+    heldout: float | None  # held-out aggregate (confirmed one when there is one)
+    generation: int
+    proposer: str
+    operator: str
+    is_seed: bool
+    task: str
+    suite: str
+    seeds: int
+    total_timesteps: int | None
+
+    @property
+    def score(self) -> float:
+        return self.confirmed if self.confirmed is not None else (self.fitness or float("-inf"))
+
+
+@dataclass
+class Leaderboard:
+    rows: list[LeaderRow]
+    envs: list[str]
+    title: str
+    mixed: bool = False  # rows from several tasks/suites
+    notes: list[str] = field(default_factory=list)
+
+
+def leaderboard(
+    archive: Archive,
+    *,
+    run_id: str | None = None,
+    all_runs: bool = False,
+    task: str | None = None,
+    suite: str | None = None,
+    limit: int = 20,
+) -> Leaderboard:
+    """Passed candidates ranked by their confirmed score when they have one, else their
+    selection fitness. Without `run_id` or `all_runs`, the most recent run (of `task`/`suite`
+    if given)."""
+    where, params = ["c.status = 'passed'", "c.fitness IS NOT NULL"], []
+    if task:
+        where.append("c.task = ?")
+        params.append(task)
+    if suite:
+        where.append("c.suite = ?")
+        params.append(suite)
+    if run_id:
+        archive.get_run(run_id)  # a clear error for an unknown run
+        where.append("c.run_id = ?")
+        params.append(run_id)
+        title = f"run {run_id}"
+    elif not all_runs:
+        filters, fparams = [], []
+        if task:
+            filters.append("task = ?")
+            fparams.append(task)
+        if suite:
+            filters.append("suite = ?")
+            fparams.append(suite)
+        sql = "SELECT id FROM runs" + (" WHERE " + " AND ".join(filters) if filters else "")
+        latest = archive.query(sql + " ORDER BY seq DESC LIMIT 1", fparams)
+        if not latest:
+            what = " matching those filters" if filters else ""
+            raise ArchiveError(f"no runs{what} in {archive.path}")
+        run_id = latest[0]["id"]
+        where.append("c.run_id = ?")
+        params.append(run_id)
+        title = f"run {run_id}"
+    else:
+        title = "all runs"
+    rows = archive.query(
+        "SELECT c.* FROM candidates c WHERE " + " AND ".join(where)
+        + " ORDER BY coalesce(c.confirmed_fitness, c.fitness) DESC, c.seq",
+        params,
+    )
+    if all_runs:
+        # The same program evaluated the same way in several runs is one entry.
+        seen, unique = set(), []
+        for row in rows:
+            key = (row["hash"], row["eval_key"])
+            if key not in seen:
+                seen.add(key)
+                unique.append(row)
+        rows = unique
+    rows = rows[:limit]
+    ids = [r["id"] for r in rows]
+    scores: dict[str, dict[str, float | None]] = {i: {} for i in ids}
+    envs: list[str] = []
+    if ids:
+        marks = ",".join("?" * len(ids))
+        for ev in archive.query(
+            f"SELECT candidate_id, env, normalised FROM evaluations WHERE candidate_id IN ({marks}) "
+            "AND purpose = 'selection' AND stage = 'full' AND heldout = 0 ORDER BY id",
+            ids,
+        ):
+            scores[ev["candidate_id"]][ev["env"]] = ev["normalised"]
+            if ev["env"] not in envs:
+                envs.append(ev["env"])
+    out = []
+    for rank, row in enumerate(rows, 1):
+        seeds = json.loads(row["seeds"]) if row.get("seeds") else []
+        heldout = row["confirmed_heldout"] if row["confirmed_heldout"] is not None else row["heldout"]
+        out.append(LeaderRow(
+            rank=rank, id=row["id"], run_id=row["run_id"], name=row["name"] or "",
+            env_scores=scores.get(row["id"], {}), fitness=row["fitness"],
+            confirmed=row["confirmed_fitness"], heldout=heldout,
+            generation=row["generation"] or 0, proposer=row["proposer"] or "",
+            operator=row["operator"] or "", is_seed=bool(row["is_seed"]), task=row["task"] or "",
+            suite=row["suite"] or "", seeds=len(seeds), total_timesteps=row["total_timesteps"],
+        ))
+    mixed = len({(r.task, r.suite) for r in out}) > 1
+    return Leaderboard(rows=out, envs=envs, title=title, mixed=mixed)
+
+
+def lineage(archive: Archive, candidate_id: str, max_depth: int = 50) -> dict:
+    """The ancestry of a candidate as a nested dict; a program reached twice (crossover of
+    relatives) is expanded once and referenced afterwards."""
+    seen: set[str] = set()
+
+    def node(cid: str, depth: int) -> dict:
+        try:
+            row = archive.candidate(cid)
+        except ArchiveError:
+            return {"id": cid, "missing": True, "parents": []}
+        info = {
+            "id": cid, "name": row.get("name") or "", "fitness": row.get("fitness"),
+            "confirmed": row.get("confirmed_fitness"), "status": row.get("status"),
+            "stage": row.get("stage"), "operator": row.get("operator") or "",
+            "proposer": row.get("proposer") or "", "generation": row.get("generation") or 0,
+            "is_seed": bool(row.get("is_seed")), "parents": [], "repeat": False,
+        }
+        if cid in seen:
+            info["repeat"] = True
+            return info
+        seen.add(cid)
+        if depth < max_depth:
+            info["parents"] = [node(p, depth + 1) for p in archive.parents(cid)]
+        return info
+
+    return node(candidate_id, 0)
+
+
+def run_summary(archive: Archive, run_id: str) -> dict:
+    counts = archive.query(
+        "SELECT status, count(*) AS n FROM candidates WHERE run_id = ? AND is_seed = 0 GROUP BY status",
+        (run_id,),
+    )
+    stages = archive.query(
+        "SELECT stage, count(*) AS n FROM candidates WHERE run_id = ? AND is_seed = 0 "
+        "AND status != 'passed' GROUP BY stage",
+        (run_id,),
+    )
+    return {
+        "by_status": {r["status"]: r["n"] for r in counts},
+        "stopped_at": {r["stage"]: r["n"] for r in stages},
+    }
+
+
+# -- export ---------------------------------------------------------------------------------
+
+CSV_COLUMNS = [
+    "id", "run_id", "seq", "name", "status", "stage", "reason", "fitness", "confirmed_fitness",
+    "heldout", "confirmed_heldout", "generation", "island", "is_seed", "proposer", "operator",
+    "parent_ids", "hash", "fingerprint", "duplicate_of", "cached_from", "seeds",
+    "total_timesteps", "eval_key", "eval_s", "prompt_tokens", "completion_tokens", "cost_usd",
+    "created_at", "code",
+]
+
+
+def export_run(archive: Archive, run_id: str) -> dict:
+    run = archive.get_run(run_id)
+    candidates = []
+    for row in archive.run_candidates(run_id):
+        row["evaluations"] = archive.evaluations(row["id"])
+        row["calls"] = archive.calls(row["id"])
+        candidates.append(row)
+    return {
+        "run": run,
+        "candidates": candidates,
+        "messages": archive.messages(run_id),
+        "schema_version": archive.schema_version,
+    }
+
+
+def export_json(archive: Archive, run_id: str) -> str:
+    return json.dumps(export_run(archive, run_id), indent=2, default=str)
+
+
+def export_csv(archive: Archive, run_id: str) -> str:
+    archive.get_run(run_id)
+    rows = archive.run_candidates(run_id)
+    envs: list[str] = []
+    per_env: dict[str, dict[str, float | None]] = {}
+    for row in rows:
+        per_env[row["id"]] = {}
+        for ev in archive.evaluations(row["id"]):
+            if ev["purpose"] == "selection" and ev["stage"] == "full":
+                column = f"score:{ev['env']}"
+                per_env[row["id"]][column] = ev["normalised"]
+                if column not in envs:
+                    envs.append(column)
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=CSV_COLUMNS + envs, extrasaction="ignore")
+    writer.writeheader()
+    for row in rows:
+        flat = {k: (json.dumps(v) if isinstance(v, (list, dict)) else v) for k, v in row.items()}
+        flat.update(per_env.get(row["id"], {}))
+        writer.writerow(flat)
+    return buffer.getvalue()
+
+
+__all__ = [
+    "LeaderRow", "Leaderboard", "leaderboard", "lineage", "run_summary", "export_run",
+    "export_json", "export_csv", "_decode",
+]

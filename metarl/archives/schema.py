@@ -1,0 +1,204 @@
+"""The archive's schema, its version, and the migrations between versions.
+
+The schema version lives in SQLite's `PRAGMA user_version` (written in the same transaction as
+the migration, so a killed migration leaves the old version and the old tables intact).
+Migrations only ever add: tables, columns, indexes. They never drop or rewrite data, so an
+archive written by an older metarl opens in a newer one with every row still there.
+
+Tables (see DESIGN.md, "Archive"):
+
+- `runs`: one row per discovery run: task, suite, proposer, config, status, versions, budgets
+  spent, best candidate, and the loop `state` (JSON) that `resume` continues from.
+- `candidates`: one row per proposed program (seeds included): what reproduces it (code, hash,
+  parents, generation, island, proposer, seeds, budget, evaluation key, versions, device),
+  its fate (status, stage, reason), its scores (fitness, held-out, confirmation) and costs.
+- `evaluations`: one row per (candidate, environment, purpose): returns per seed, normalised
+  score, downsampled learning curve, timings.
+- `parents`: lineage edges (child, parent, position), indexed both ways.
+- `calls`: one row per LLM round-trip (prompt, reply, model, tokens, cost, latency, error);
+  candidates point at theirs through `prompt_id`/`reply_id`/`call_ids`.
+- `messages`: the conversation of a conversation-mode run, in order.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from sqlite_utils import Database
+
+SCHEMA_VERSION = 1
+
+
+def _v1(db: Database) -> None:
+    db["runs"].create(
+        {
+            "id": str,
+            "seq": int,
+            "task": str,
+            "suite": str,
+            "proposer": str,
+            "model": str,
+            "mode": str,
+            "seed": int,
+            "config": str,  # JSON: every discover option, as resolved
+            "config_hash": str,
+            "status": str,  # running | finished | stopped | interrupted | failed
+            "stop_reason": str,
+            "error": str,
+            "started_at": str,
+            "updated_at": str,
+            "ended_at": str,
+            "versions": str,  # JSON: metarl, jax, jaxlib, gymnax, backend
+            "device": str,
+            "host": str,
+            "pid": int,
+            "budget_candidates": int,
+            "max_time_s": float,
+            "max_cost_usd": float,
+            "candidates_count": int,
+            "elapsed_s": float,
+            "cost_usd": float,
+            "generation": int,
+            "best_id": str,
+            "best_fitness": float,
+            "state": str,  # JSON: the loop's resumable state
+        },
+        pk="id",
+        if_not_exists=True,
+    )
+    db["candidates"].create(
+        {
+            "id": str,
+            "run_id": str,
+            "seq": int,
+            "task": str,
+            "suite": str,
+            "hash": str,
+            "code": str,
+            "name": str,
+            "thought": str,
+            "parent_ids": str,  # JSON list
+            "generation": int,
+            "island": int,
+            "slot": int,
+            "is_seed": int,
+            "proposer": str,
+            "operator": str,
+            "prompt_id": int,
+            "reply_id": int,
+            "call_ids": str,  # JSON list
+            "status": str,  # passed | failed | duplicate | no_code
+            "stage": str,  # static | probes | short | full | propose | dedup
+            "reason": str,
+            "fitness": float,
+            "heldout": float,
+            "confirmed_fitness": float,
+            "confirmed_heldout": float,
+            "confirmed_seeds": str,  # JSON list
+            "fingerprint": str,
+            "duplicate_of": str,
+            "cached_from": str,
+            "seeds": str,  # JSON list of training seeds
+            "total_timesteps": int,  # per-environment budget of the full run
+            "eval_key": str,  # hash of everything that determines the scores
+            "config_hash": str,  # hash of the PPO configs of the suite at this budget
+            "versions": str,  # JSON
+            "device": str,
+            "timings": str,  # JSON: stage -> seconds
+            "eval_s": float,
+            "warnings": str,  # JSON list
+            "outcome": str,  # JSON: the full Outcome (curves downsampled)
+            "prompt_tokens": int,
+            "completion_tokens": int,
+            "cost_usd": float,
+            "latency_s": float,
+            "created_at": str,
+        },
+        pk="id",
+        if_not_exists=True,
+    )
+    db["evaluations"].create(
+        {
+            "id": int,
+            "candidate_id": str,
+            "run_id": str,
+            "purpose": str,  # selection | confirm
+            "env": str,
+            "stage": str,  # short | full
+            "heldout": int,
+            "seeds": str,
+            "total_timesteps": int,
+            "returns": str,
+            "mean": float,
+            "std": float,
+            "normalised": float,
+            "baseline_mean": float,
+            "random_mean": float,
+            "curve_steps": str,
+            "curve": str,
+            "compile_s": float,
+            "run_s": float,
+            "steps_per_s": float,
+            "created_at": str,
+        },
+        pk="id",
+        if_not_exists=True,
+    )
+    db["parents"].create(
+        {"child_id": str, "parent_id": str, "position": int, "run_id": str},
+        pk=("child_id", "position"),
+        if_not_exists=True,
+    )
+    db["calls"].create(
+        {
+            "id": int,
+            "run_id": str,
+            "candidate_id": str,
+            "model": str,
+            "prompt": str,  # JSON list of chat messages
+            "reply": str,
+            "prompt_tokens": int,
+            "completion_tokens": int,
+            "cost_usd": float,
+            "latency_s": float,
+            "error": str,
+            "created_at": str,
+        },
+        pk="id",
+        if_not_exists=True,
+    )
+    db["messages"].create(
+        {
+            "id": int,
+            "run_id": str,
+            "seq": int,
+            "role": str,
+            "content": str,
+            "candidate_id": str,
+            "created_at": str,
+        },
+        pk="id",
+        if_not_exists=True,
+    )
+    indexes = [
+        ("runs", ["status"], False),
+        ("runs", ["seq"], False),
+        ("candidates", ["run_id", "seq"], True),
+        ("candidates", ["run_id", "fitness"], False),
+        ("candidates", ["task", "suite", "fitness"], False),
+        ("candidates", ["hash", "eval_key"], False),
+        ("candidates", ["run_id", "fingerprint"], False),
+        ("candidates", ["run_id", "hash"], False),
+        ("evaluations", ["candidate_id"], False),
+        ("parents", ["parent_id"], False),
+        ("calls", ["candidate_id"], False),
+        ("calls", ["run_id"], False),
+        ("messages", ["run_id", "seq"], False),
+    ]
+    for table, columns, unique in indexes:
+        db[table].create_index(columns, unique=unique, if_not_exists=True)
+
+
+# MIGRATIONS[i] takes an archive from version i to version i + 1. Append only; never drop.
+MIGRATIONS: list[Callable[[Database], None]] = [_v1]
+assert len(MIGRATIONS) == SCHEMA_VERSION

@@ -1,0 +1,453 @@
+"""The archive: one SQLite file (WAL) holding runs, candidates, evaluations, lineage, LLM calls
+and conversation messages. Every write that belongs together (a candidate, its evaluations, its
+calls, its messages, and the run's resumable state) is one `BEGIN IMMEDIATE` transaction, so a
+process killed at any instant leaves a consistent file, and a second process reading the file
+(a leaderboard while `discover` runs) neither blocks the writer nor sees half a candidate.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import sqlite3
+import threading
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterator
+
+from sqlite_utils import Database
+
+from metarl.archives.schema import MIGRATIONS, SCHEMA_VERSION
+from metarl.evaluators.outcome import Outcome
+
+MAX_CURVE_POINTS = 64
+OUR_TABLES = {"runs", "candidates", "evaluations", "parents", "calls", "messages"}
+JSON_COLUMNS = {
+    "runs": {"config", "versions", "state"},
+    "candidates": {
+        "parent_ids", "call_ids", "confirmed_seeds", "seeds", "versions", "timings", "warnings",
+        "outcome",
+    },
+    "evaluations": {"seeds", "returns", "curve_steps", "curve"},
+    "calls": {"prompt"},
+}
+
+
+class ArchiveError(Exception):
+    """A problem the user can fix (missing file, unknown run or candidate); one clear line."""
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _finite(value):
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def dumps(value) -> str | None:
+    if value is None:
+        return None
+    return json.dumps(_finite(value), sort_keys=True)
+
+
+def downsample(steps: list, values: list, limit: int = MAX_CURVE_POINTS) -> tuple[list, list]:
+    n = len(values)
+    if n <= limit:
+        return list(steps), list(values)
+    index = sorted({round(i * (n - 1) / (limit - 1)) for i in range(limit)})
+    return [steps[i] for i in index if i < len(steps)], [values[i] for i in index]
+
+
+def _decode(table: str, row: dict | None) -> dict | None:
+    if row is None:
+        return None
+    row = dict(row)
+    for column in JSON_COLUMNS.get(table, ()):
+        if isinstance(row.get(column), str):
+            try:
+                row[column] = json.loads(row[column])
+            except ValueError:
+                pass
+    return row
+
+
+def pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Archive:
+    """A metarl archive file. `must_exist=True` for commands that only read."""
+
+    def __init__(self, path: str | os.PathLike, *, must_exist: bool = False):
+        self.path = Path(path)
+        if self.path.is_dir():
+            raise ArchiveError(f"{self.path} is a directory, not an archive file")
+        if must_exist and not self.path.exists():
+            raise ArchiveError(
+                f"no archive at {self.path}: run `metarl discover` first, or pass --archive PATH"
+            )
+        if not self.path.parent.exists():
+            raise ArchiveError(f"cannot create {self.path}: folder {self.path.parent} does not exist")
+        self._lock = threading.RLock()
+        try:
+            conn = sqlite3.connect(str(self.path), timeout=60, check_same_thread=False)
+            conn.isolation_level = None  # transactions are explicit (BEGIN IMMEDIATE ... COMMIT)
+            conn.row_factory = sqlite3.Row
+            self.db = Database(conn)
+            self.conn = conn
+            conn.execute("PRAGMA busy_timeout = 60000")
+            mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+            if mode != "wal":
+                conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            self._migrate()
+        except sqlite3.DatabaseError as error:
+            raise ArchiveError(f"{self.path} is not a usable SQLite archive ({error})") from None
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        try:
+            self.conn.close()
+        except Exception:
+            pass
+
+    def __enter__(self) -> "Archive":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[Database]:
+        """One atomic write. Nested calls join the outer transaction."""
+        with self._lock:
+            if self.conn.in_transaction:
+                yield self.db
+                return
+            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self.db
+            except BaseException:
+                if self.conn.in_transaction:
+                    self.conn.execute("ROLLBACK")
+                raise
+            else:
+                self.conn.execute("COMMIT")
+
+    @property
+    def schema_version(self) -> int:
+        return self.conn.execute("PRAGMA user_version").fetchone()[0]
+
+    def _migrate(self) -> None:
+        version = self.schema_version
+        if version > SCHEMA_VERSION:
+            raise ArchiveError(
+                f"{self.path} was written by a newer metarl (schema {version}; this one reads "
+                f"up to {SCHEMA_VERSION}): upgrade metarl"
+            )
+        if version == SCHEMA_VERSION:
+            return
+        existing = set(self.db.table_names())
+        if version == 0 and existing and not existing & OUR_TABLES:
+            raise ArchiveError(f"{self.path} is a SQLite file but not a metarl archive")
+        with self.transaction():
+            version = self.schema_version  # another process may have migrated meanwhile
+            for step in range(version, SCHEMA_VERSION):
+                MIGRATIONS[step](self.db)
+            self.conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def query(self, sql: str, params=()) -> list[dict]:
+        with self._lock:
+            return [dict(row) for row in self.conn.execute(sql, params).fetchall()]
+
+    def integrity_check(self) -> str:
+        return self.conn.execute("PRAGMA integrity_check").fetchone()[0]
+
+    # -- runs -------------------------------------------------------------------------------
+
+    def create_run(self, **fields) -> str:
+        with self.transaction():
+            seq = (self.query("SELECT max(seq) AS m FROM runs")[0]["m"] or 0) + 1
+            run_id = f"r{seq}"
+            stamp = now()
+            record = {
+                "id": run_id, "seq": seq, "status": "running", "started_at": stamp,
+                "updated_at": stamp, "host": socket.gethostname(), "pid": os.getpid(),
+                "candidates_count": 0, "elapsed_s": 0.0, "cost_usd": 0.0, "generation": 0,
+            }
+            record.update(fields)
+            self.db["runs"].insert(self._encode("runs", record))
+        return run_id
+
+    def update_run(self, run_id: str, **fields) -> None:
+        fields.setdefault("updated_at", now())
+        with self.transaction():
+            self.db["runs"].update(run_id, self._encode("runs", fields))
+
+    def get_run(self, run_id: str) -> dict:
+        rows = self.query("SELECT * FROM runs WHERE id = ?", (run_id,))
+        if not rows:
+            known = [r["id"] for r in self.query("SELECT id FROM runs ORDER BY seq")]
+            hint = f"; runs in this archive: {', '.join(known[-10:])}" if known else "; it has no runs"
+            raise ArchiveError(f"no run {run_id!r} in {self.path}{hint}")
+        return _decode("runs", rows[0])
+
+    def latest_run(self) -> dict | None:
+        rows = self.query("SELECT * FROM runs ORDER BY seq DESC LIMIT 1")
+        return _decode("runs", rows[0]) if rows else None
+
+    def runs(self) -> list[dict]:
+        rows = [_decode("runs", r) for r in self.query("SELECT * FROM runs ORDER BY seq")]
+        host = socket.gethostname()
+        for row in rows:
+            shown = row["status"]
+            if shown == "running" and row.get("host") == host and not pid_alive(row.get("pid")):
+                shown = "killed"
+            row["shown_status"] = shown
+        return rows
+
+    # -- candidates -------------------------------------------------------------------------
+
+    def _encode(self, table: str, record: dict) -> dict:
+        out = {}
+        for key, value in record.items():
+            if key in JSON_COLUMNS.get(table, ()) and value is not None and not isinstance(value, str):
+                value = dumps(value)
+            elif isinstance(value, float) and not math.isfinite(value):
+                value = None
+            out[key] = value
+        return out
+
+    def record_candidate(
+        self,
+        row: dict,
+        outcome: Outcome | None,
+        *,
+        calls: list[dict] | None = None,
+        messages: list[dict] | None = None,
+        run_update: dict | None = None,
+    ) -> None:
+        """Write a candidate, its evaluations, lineage, LLM calls and conversation messages,
+        and the run's new state, atomically."""
+        row = dict(row)
+        row.setdefault("created_at", now())
+        calls = calls or []
+        with self.transaction() as db:
+            call_ids = []
+            for call in calls:
+                record = self._encode("calls", {
+                    "run_id": row.get("run_id"), "candidate_id": row["id"],
+                    "created_at": row["created_at"], **call,
+                })
+                call_ids.append(db["calls"].insert(record).last_pk)
+            if call_ids:
+                row["call_ids"] = call_ids
+                row["prompt_id"] = row["reply_id"] = call_ids[-1]
+                row["prompt_tokens"] = _sum(c.get("prompt_tokens") for c in calls)
+                row["completion_tokens"] = _sum(c.get("completion_tokens") for c in calls)
+                row["cost_usd"] = _sum(c.get("cost_usd") for c in calls)
+                row["latency_s"] = _sum(c.get("latency_s") for c in calls)
+            if outcome is not None:
+                row.update(outcome_columns(outcome))
+                for record in evaluation_rows(outcome, row["id"], row.get("run_id"), "selection"):
+                    db["evaluations"].insert(self._encode("evaluations", record))
+            db["candidates"].insert(self._encode("candidates", row))
+            for position, parent in enumerate(row.get("parent_ids") or []):
+                db["parents"].insert({
+                    "child_id": row["id"], "parent_id": parent, "position": position,
+                    "run_id": row.get("run_id"),
+                })
+            if messages:
+                start = self.query(
+                    "SELECT coalesce(max(seq), -1) AS m FROM messages WHERE run_id = ?",
+                    (row.get("run_id"),),
+                )[0]["m"] + 1
+                for offset, message in enumerate(messages):
+                    db["messages"].insert({
+                        "run_id": row.get("run_id"), "seq": start + offset,
+                        "role": message.get("role"), "content": message.get("content"),
+                        "candidate_id": row["id"], "created_at": row["created_at"],
+                    })
+            if run_update:
+                self.update_run(row["run_id"], **run_update)
+
+    def record_confirmation(
+        self, candidate_id: str, outcome: Outcome, *, run_id: str | None = None,
+        run_update: dict | None = None,
+    ) -> None:
+        """An elite re-evaluated on more seeds: its confirmed scores and evaluations."""
+        seeds = sorted({s for e in outcome.env_scores for s in e.seeds})
+        with self.transaction() as db:
+            for record in evaluation_rows(outcome, candidate_id, run_id, "confirm"):
+                db["evaluations"].insert(self._encode("evaluations", record))
+            db["candidates"].update(candidate_id, self._encode("candidates", {
+                "confirmed_fitness": outcome.fitness if outcome.passed else None,
+                "confirmed_heldout": outcome.heldout if outcome.passed else None,
+                "confirmed_seeds": seeds,
+            }))
+            if run_update and run_id:
+                self.update_run(run_id, **run_update)
+
+    def candidate(self, candidate_id: str) -> dict:
+        rows = self.query("SELECT * FROM candidates WHERE id = ?", (candidate_id,))
+        if not rows:
+            raise ArchiveError(f"no candidate {candidate_id!r} in {self.path}")
+        return _decode("candidates", rows[0])
+
+    def has_candidate(self, candidate_id: str) -> bool:
+        return bool(self.query("SELECT 1 FROM candidates WHERE id = ?", (candidate_id,)))
+
+    def resolve_candidate(self, ref: str) -> str:
+        """A candidate id, or a unique prefix of its source hash."""
+        if self.has_candidate(ref):
+            return ref
+        if len(ref) >= 4:
+            rows = self.query(
+                "SELECT id FROM candidates WHERE hash LIKE ? AND cached_from IS NULL "
+                "AND status != 'duplicate' ORDER BY seq LIMIT 2", (ref + "%",),
+            )
+            if len(rows) == 1:
+                return rows[0]["id"]
+            if len(rows) > 1:
+                raise ArchiveError(f"{ref!r} matches several candidates; give a candidate id")
+        raise ArchiveError(
+            f"no candidate {ref!r} in {self.path} (ids look like r1-7; see `metarl leaderboard`)"
+        )
+
+    def run_candidates(self, run_id: str) -> list[dict]:
+        return [
+            _decode("candidates", r)
+            for r in self.query("SELECT * FROM candidates WHERE run_id = ? ORDER BY seq", (run_id,))
+        ]
+
+    def find_cached(self, source_hash: str, eval_key: str) -> dict | None:
+        """An earlier, real (not cached, not duplicate) evaluation of the same program under the
+        same evaluation settings anywhere in this archive."""
+        rows = self.query(
+            "SELECT * FROM candidates WHERE hash = ? AND eval_key = ? AND cached_from IS NULL "
+            "AND status IN ('passed', 'failed') AND outcome IS NOT NULL ORDER BY created_at LIMIT 1",
+            (source_hash, eval_key),
+        )
+        return _decode("candidates", rows[0]) if rows else None
+
+    def evaluations(self, candidate_id: str) -> list[dict]:
+        return [
+            _decode("evaluations", r)
+            for r in self.query(
+                "SELECT * FROM evaluations WHERE candidate_id = ? ORDER BY id", (candidate_id,)
+            )
+        ]
+
+    def calls(self, candidate_id: str) -> list[dict]:
+        return [
+            _decode("calls", r)
+            for r in self.query("SELECT * FROM calls WHERE candidate_id = ? ORDER BY id", (candidate_id,))
+        ]
+
+    def messages(self, run_id: str) -> list[dict]:
+        return self.query(
+            "SELECT role, content, candidate_id FROM messages WHERE run_id = ? ORDER BY seq",
+            (run_id,),
+        )
+
+    def children(self, candidate_id: str) -> list[str]:
+        return [
+            r["child_id"]
+            for r in self.query("SELECT child_id FROM parents WHERE parent_id = ?", (candidate_id,))
+        ]
+
+    def parents(self, candidate_id: str) -> list[str]:
+        return [
+            r["parent_id"]
+            for r in self.query(
+                "SELECT parent_id FROM parents WHERE child_id = ? ORDER BY position", (candidate_id,)
+            )
+        ]
+
+
+def _sum(values) -> float | None:
+    """Sum of the known values; None when none is known (unknown cost is not zero)."""
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+def outcome_columns(outcome: Outcome) -> dict:
+    data = outcome.to_dict()
+    for env in data.get("env_scores", []):
+        env["curve_steps"], env["curve"] = downsample(env.get("curve_steps") or [], env.get("curve") or [])
+    if outcome.passed:
+        status = "passed"
+    elif outcome.duplicate_of:
+        status = "duplicate"
+    elif outcome.stage == "propose":
+        status = "no_code"
+    else:
+        status = "failed"
+    timings = outcome.timings or {}
+    eval_s = sum(v for v in timings.values() if isinstance(v, (int, float))) if timings else None
+    if "total" in timings:
+        eval_s = timings["total"]
+    return {
+        "status": status,
+        "stage": outcome.stage,
+        "reason": outcome.reason,
+        "fitness": outcome.fitness if outcome.passed else None,
+        "heldout": outcome.heldout if outcome.passed else None,
+        "fingerprint": outcome.fingerprint,
+        "duplicate_of": outcome.duplicate_of,
+        "timings": timings,
+        "eval_s": eval_s,
+        "warnings": outcome.warnings,
+        "outcome": data,
+    }
+
+
+def evaluation_rows(outcome: Outcome, candidate_id: str, run_id: str | None, purpose: str) -> list[dict]:
+    rows = []
+    stamp = now()
+    for env in outcome.env_scores:
+        steps, curve = downsample(env.curve_steps, env.curve)
+        rows.append({
+            "candidate_id": candidate_id, "run_id": run_id, "purpose": purpose, "env": env.env,
+            "stage": env.stage, "heldout": int(bool(env.heldout)), "seeds": env.seeds,
+            "total_timesteps": env.total_timesteps, "returns": env.returns, "mean": env.mean,
+            "std": env.std, "normalised": env.normalised, "baseline_mean": env.baseline_mean,
+            "random_mean": env.random_mean, "curve_steps": steps, "curve": curve,
+            "compile_s": env.compile_s, "run_s": env.run_s, "steps_per_s": env.steps_per_s,
+            "created_at": stamp,
+        })
+    return rows
+
+
+def decode_outcome(row: dict) -> Outcome | None:
+    data = row.get("outcome")
+    if isinstance(data, str):
+        data = json.loads(data)
+    if not data:
+        return None
+    return Outcome.from_dict(data)
+
+
+def json_default(value: Any):
+    if isinstance(value, sqlite3.Row):
+        return dict(value)
+    raise TypeError(type(value).__name__)

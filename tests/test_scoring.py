@@ -1,0 +1,74 @@
+"""Normalised scores and the baseline cache."""
+
+import json
+import math
+
+import pytest
+
+from metarl.evaluators import baseline_cache
+from metarl.evaluators.configs import default_config
+from metarl.evaluators.scoring import aggregate, interquartile_mean, normalised_score
+from metarl.tasks import get_task
+
+
+def test_normalised_score_arithmetic():
+    assert normalised_score(500.0, 20.0, 500.0) == pytest.approx(1.0)
+    assert normalised_score(20.0, 20.0, 500.0) == pytest.approx(0.0)
+    assert normalised_score(260.0, 20.0, 500.0) == pytest.approx(0.5)
+    assert normalised_score(740.0, 20.0, 500.0) == pytest.approx(1.5)
+    # negative-reward environments (Acrobot): less negative is better
+    assert normalised_score(-100.0, -500.0, -100.0) == pytest.approx(1.0)
+    assert normalised_score(-300.0, -500.0, -100.0) == pytest.approx(0.5)
+    # worse than random is negative, not clipped
+    assert normalised_score(-500.0, -400.0, -100.0) == pytest.approx(-1 / 3)
+
+
+def test_undefined_scores_are_nan_not_numbers():
+    assert math.isnan(normalised_score(10.0, 5.0, 5.0))  # baseline no better than random
+    assert math.isnan(normalised_score(float("nan"), 5.0, 50.0))
+
+
+def test_aggregates():
+    assert aggregate([1.0, 0.5]) == pytest.approx(0.75)
+    assert aggregate([1.0, float("nan")]) == pytest.approx(1.0)
+    assert math.isnan(aggregate([float("nan")]))
+    assert interquartile_mean([0.0, 1.0, 1.0, 100.0]) == pytest.approx(1.0)
+    assert aggregate([0.0, 1.0, 1.0, 100.0], "iqm") == pytest.approx(1.0)
+    with pytest.raises(ValueError):
+        aggregate([1.0], "median")
+
+
+def test_baseline_cache_trains_once_and_keys_on_everything(tmp_path, monkeypatch):
+    monkeypatch.setenv("METARL_CACHE_DIR", str(tmp_path))
+    task = get_task("drift")
+    config = default_config("CartPole-v1", total_timesteps=2048, num_log_points=2)
+
+    first, cached = baseline_cache.get_or_train(task, config, [0])
+    assert not cached
+    second, cached = baseline_cache.get_or_train(task, config, [0])
+    assert cached
+    assert second.final_returns == first.final_returns
+    assert len(list((tmp_path / "baselines").glob("*.json"))) == 1
+
+    source_hash = "x"
+    keys = {
+        baseline_cache.baseline_key("drift", source_hash, config, [0]),
+        baseline_cache.baseline_key("drift", source_hash, config, [0, 1]),
+        baseline_cache.baseline_key("drift", source_hash, config.replace(total_timesteps=4096), [0]),
+        baseline_cache.baseline_key("optimizer", source_hash, config, [0]),
+        baseline_cache.baseline_key("drift", "y", config, [0]),
+    }
+    assert len(keys) == 5
+
+
+def test_corrupt_cache_entry_is_recomputed(tmp_path, monkeypatch):
+    monkeypatch.setenv("METARL_CACHE_DIR", str(tmp_path))
+    task = get_task("drift")
+    config = default_config("CartPole-v1", total_timesteps=2048, num_log_points=2)
+    run, _ = baseline_cache.get_or_train(task, config, [3])
+    (entry,) = (tmp_path / "baselines").glob("*.json")
+    entry.write_text("{not json")
+    again, cached = baseline_cache.get_or_train(task, config, [3])
+    assert not cached
+    assert again.final_returns == run.final_returns
+    assert json.loads(entry.read_text())["final_returns"] == run.final_returns

@@ -4,7 +4,8 @@ internet but should exercise the real HTTP path (litellm -> openai SDK -> httpx 
 Each POST to /v1/chat/completions takes the next entry of the script (or asks `responder`):
 
 - a string: a normal completion with that text as the assistant's content;
-- a `Reply(...)`: full control: `status` (429, 500, ... answered with an OpenAI error body),
+- a `Reply(...)`: full control: `status` (429, 500, ... answered with an OpenAI error body
+  whose message is `text`),
   `delay_s` (sleep before answering, e.g. past the client's timeout), `text`, `finish_reason`,
   `usage` (token counts), `empty` (a choice with content ""), `raw` (bytes sent as the body).
 
@@ -57,6 +58,8 @@ class ScriptedLLMServer:
         self.responder = responder
         self.default = default
         self.requests: list[dict] = []
+        self.in_flight = 0
+        self.max_in_flight = 0  # the most requests answered at once
         self._lock = threading.Lock()
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -92,14 +95,24 @@ class ScriptedLLMServer:
                     self._send(404, b'{"error": {"message": "not found"}}')
                     return
                 reply = server._next(payload)
-                if reply.delay_s:
-                    time.sleep(reply.delay_s)
+                with server._lock:
+                    server.in_flight += 1
+                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                try:
+                    if reply.delay_s:
+                        time.sleep(reply.delay_s)
+                    self._answer(payload, reply)
+                finally:
+                    with server._lock:
+                        server.in_flight -= 1
+
+            def _answer(self, payload: dict, reply: Reply) -> None:
                 if reply.raw is not None:
                     self._send(reply.status, reply.raw)
                 elif reply.status != 200:
                     error = {
                         "error": {
-                            "message": f"scripted error {reply.status}",
+                            "message": reply.text or f"scripted error {reply.status}",
                             "type": "rate_limit_error" if reply.status == 429 else "server_error",
                             "code": str(reply.status),
                         }

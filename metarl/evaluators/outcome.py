@@ -45,6 +45,8 @@ class Outcome:
     duplicate_of: str | None = None  # id of an archived candidate with the same fingerprint
     timings: dict[str, float] = field(default_factory=dict)  # stage or phase -> seconds
     stdout: str = ""  # the candidate's captured (truncated) output, for debugging only
+    # how the sandbox ran it: which network isolation held, limits, probe seed, worker exit
+    sandbox: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         data = asdict(self)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from metarl.tasks.base import Task
+from metarl.tasks.drift.probes import fingerprint_inputs, probes
 
 CONTRACT = """\
 Write a Python function `drift(ratio, advantage, epsilon)` that defines the drift term of a
@@ -49,4 +50,8 @@ TASK = Task(
     contract=CONTRACT,
     baseline_seed="ppo_clip",
     plug=plug,
+    # Invariant policy (see probes.py): negative drift beyond 1e-5 is a failure; a nonzero value
+    # or gradient at ratio = 1 is a warning.
+    probes=probes,
+    fingerprint_inputs=fingerprint_inputs,
 )

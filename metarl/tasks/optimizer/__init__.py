@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from metarl.tasks.base import Task
 from metarl.tasks.optimizer.plug import MOMENTUM_DECAYS, NUM_STATE_SLOTS, rule_optimizer
+from metarl.tasks.optimizer.probes import fingerprint_inputs, probes
 
 CONTRACT = f"""\
 Write a Python function
@@ -56,4 +57,6 @@ TASK = Task(
     contract=CONTRACT,
     baseline_seed="adam",
     plug=plug,
+    probes=probes,
+    fingerprint_inputs=fingerprint_inputs,
 )

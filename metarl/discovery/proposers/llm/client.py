@@ -124,9 +124,9 @@ class LLMClient:
         backoff_max_s: float = 60.0,
         json_mode: bool = True,
     ):
-        self.models = [m if isinstance(m, ModelSpec) else None for m in models]
-        if any(m is None for m in self.models):
-            self.models = parse_models([str(m) for m in models])
+        if isinstance(models, str) or not all(isinstance(m, ModelSpec) for m in models):
+            models = parse_models(models)
+        self.models: list[ModelSpec] = list(models)
         self.api_base = api_base or None
         self.timeout_s = float(timeout_s)
         self.max_retries = int(max_retries)

@@ -48,7 +48,7 @@ def extract(reply: str | None, function_name: str) -> Extraction:
     text, thinking = _split_thinking(reply)
     problems: list[str] = []
 
-    for method, obj in _json_candidates(text):
+    for method, obj in json_objects(text):
         code = obj.get("code")
         if not isinstance(code, str) or not code.strip():
             problems.append('the JSON object has no non-empty "code" string')
@@ -59,7 +59,7 @@ def extract(reply: str | None, function_name: str) -> Extraction:
             problems.append(f'the "code" field: {problem}')
             continue
         thought = _as_text(obj.get("thought")) or thinking
-        return Extraction(code, _trim(thought), _as_name(obj.get("name")), method)
+        return Extraction(code, _trim(thought), clean_name(obj.get("name")), method)
 
     blocks = [(lang.lower(), body) for lang, body in _FENCE.findall(text)]
     code_blocks = [body for lang, body in blocks if lang in _CODE_LANGS]
@@ -108,7 +108,7 @@ def check_code(code: str, function_name: str) -> str | None:
 
 
 # -- JSON ----------------------------------------------------------------------------------
-def _json_candidates(text: str):
+def json_objects(text: str):
     """(method, dict) pairs, best first: the whole text, then objects found inside it."""
     stripped = text.strip()
     fenced = re.fullmatch(r"```[ \t]*(?:json|JSON)?[^\n]*\n(.*?)\n?```", stripped, re.S)
@@ -122,7 +122,7 @@ def _json_candidates(text: str):
         if start < seen:
             continue
         obj, end = _raw_decode(text, start)
-        if isinstance(obj, dict) and ("code" in obj or "thought" in obj):
+        if isinstance(obj, dict) and ({"code", "thought", "diff"} & obj.keys()):
             seen = end
             yield "json-in-prose", obj
 
@@ -226,14 +226,15 @@ def _as_text(value) -> str:
     return str(value).strip()
 
 
-def _as_name(value) -> str:
+def clean_name(value) -> str:
+    """A candidate name: word characters, dashes and dots, at most 80."""
     name = re.sub(r"[^A-Za-z0-9_\-. ]", "", _as_text(value)).strip()
     return re.sub(r"\s+", "_", name)[:80]
 
 
 def _name_from_prose(prose: str) -> str:
     match = re.search(r"(?im)^\W*name\W*[:=]\s*[`\"']?([A-Za-z0-9_\-. ]{2,80})", prose)
-    return _as_name(match.group(1)) if match else ""
+    return clean_name(match.group(1)) if match else ""
 
 
 def _trim(text: str) -> str:

@@ -1,0 +1,199 @@
+"""The options of a discovery run, their defaults, and loading them from a TOML file.
+
+Precedence: command-line option > config file (`--config file.toml`) > the defaults below.
+A config file holds the same names as the CLI's options (dashes or underscores), at the top
+level or under a `[discover]` table, e.g.
+
+    task = "drift"
+    suite = "classic"
+    budget = 24
+    seeds = 2
+    [discover]          # optional; same keys
+    islands = 3
+
+The default demo. `metarl discover` with no arguments must finish on a 2-core CPU in about
+10 minutes including the seeds' evaluation and the baselines. A full `classic` evaluation
+(5e5 steps per environment, 4 seeds) costs about a minute per candidate there, so the defaults
+shorten the per-environment budget (`timesteps`) and the number of seeds; pass
+`--timesteps 500000 --seeds 4` (or `timesteps = 0` in a config: the suite's own budget) for
+the paper-scale setting. `max_time` is a safety net on top of the candidate budget.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class ConfigError(ValueError):
+    """A bad option or config file; the message is one line for the user."""
+
+
+@dataclass
+class DiscoverConfig:
+    task: str = "drift"
+    suite: str = "classic"
+    proposer: str = "mutation"
+    # budgets
+    budget: int = 10  # children to propose (seeds are not counted)
+    max_time: float | None = 480.0  # seconds of wall time (summed over resumes); None: no limit
+    max_cost: float | None = None  # USD of LLM calls; None: no limit
+    # evaluation
+    workers: int = 1
+    seed: int = 0
+    seeds: int | None = 2  # training seeds per evaluation; None: the suite's default
+    timesteps: int | None = 100_000  # per-environment budget; None/0: the suite's own
+    short_timesteps: int | None = None  # the cascade's short run; None: derived by the cascade
+    short_threshold: float = 0.25
+    skip_short: bool = False
+    timeout: float = 900.0  # per evaluation, seconds
+    memory_mb: int = 8192
+    heldout: bool = True  # score held-out envs for seeds and confirmed elites (leaderboard only)
+    # population
+    islands: int = 2
+    population: int = 6  # members per island
+    children: int = 4  # children per generation (one in conversation mode)
+    crossover: float = 0.2
+    tournament: int = 3
+    novelty: float = 0.3
+    migration_interval: int = 2
+    inspirations: int = 2
+    confirm: bool = True  # re-evaluate a would-be incumbent on more seeds first
+    confirm_seeds: int | None = None  # default: twice `seeds`
+    dedup_retries: int = 3  # re-proposals when a proposal repeats an archived program
+    # LLM proposer (forwarded to build_llm_proposer)
+    models: list[str] = field(default_factory=list)
+    api_base: str | None = None
+    mode: str = "population"
+    llm_timeout: float = 120.0
+    max_concurrency: int = 4
+    temperature: float | None = None
+
+    def resolved(self) -> "DiscoverConfig":
+        """Validated copy with suite defaults filled in; raises ConfigError."""
+        from metarl.evaluators.suites import UnknownSuite, get_suite
+        from metarl.tasks import UnknownTask, get_task
+
+        try:
+            get_task(self.task)
+        except UnknownTask as error:
+            raise ConfigError(str(error)) from None
+        try:
+            suite = get_suite(self.suite)
+        except UnknownSuite as error:
+            raise ConfigError(str(error)) from None
+        if self.proposer not in ("mutation", "llm"):
+            raise ConfigError(f"unknown proposer {self.proposer!r}; choose mutation or llm")
+        if self.mode not in ("population", "conversation"):
+            raise ConfigError(f"unknown mode {self.mode!r}; choose population or conversation")
+        if self.proposer == "llm" and not self.models:
+            raise ConfigError("--proposer llm needs at least one --model PROVIDER/MODEL")
+        checks = [
+            ("budget", self.budget, 0), ("workers", self.workers, 1), ("islands", self.islands, 1),
+            ("population", self.population, 1), ("children", self.children, 1),
+            ("tournament", self.tournament, 1), ("migration_interval", self.migration_interval, 1),
+            ("dedup_retries", self.dedup_retries, 0), ("inspirations", self.inspirations, 0),
+        ]
+        for name, value, low in checks:
+            if value < low:
+                raise ConfigError(f"{name.replace('_', '-')} must be at least {low}, got {value}")
+        if self.seeds is not None and self.seeds < 1:
+            raise ConfigError(f"seeds must be at least 1, got {self.seeds}")
+        if not 0.0 <= self.crossover <= 1.0:
+            raise ConfigError(f"crossover must be a probability in [0, 1], got {self.crossover}")
+        for name in ("max_time", "max_cost", "timeout"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ConfigError(f"{name.replace('_', '-')} must be positive, got {value}")
+        out = dataclasses.replace(self, models=list(self.models))
+        if not out.seeds:
+            out.seeds = suite.default_seeds
+        if not out.timesteps:
+            out.timesteps = suite.total_timesteps
+        if out.confirm_seeds is None:
+            out.confirm_seeds = 2 * out.seeds
+        if out.mode == "conversation":
+            out.children = 1
+            out.islands = 1
+        return out
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def hash(self) -> str:
+        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "DiscoverConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+FIELD_TYPES = {f.name: f.type for f in dataclasses.fields(DiscoverConfig)}
+
+
+def _check_type(name: str, value):
+    kind = FIELD_TYPES[name]
+    if value is None and "None" in kind:
+        return None
+    if kind.startswith("list"):
+        if isinstance(value, str):
+            return [value]
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return value
+        raise ConfigError(f"config option {name!r} must be a list of strings")
+    if kind.startswith("bool"):
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"config option {name!r} must be true or false, got {value!r}")
+    if kind.startswith("int"):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise ConfigError(f"config option {name!r} must be an integer, got {value!r}")
+    if kind.startswith("float"):
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise ConfigError(f"config option {name!r} must be a number, got {value!r}")
+    if kind.startswith("str"):
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"config option {name!r} must be a string, got {value!r}")
+    return value
+
+
+ALIASES = {"model": "models", "llm_timeout_s": "llm_timeout", "max_time_s": "max_time"}
+
+
+def load_config_file(path: str | Path) -> dict:
+    """The options a TOML file sets (validated names and types); raises ConfigError."""
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"config file {path} does not exist")
+    if path.is_dir():
+        raise ConfigError(f"config file {path} is a directory")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"config file {path} is not valid TOML: {error}") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"cannot read config file {path}: {error}") from None
+    section = data.pop("discover", {})
+    if not isinstance(section, dict):
+        raise ConfigError(f"config file {path}: [discover] must be a table")
+    merged = {**data, **section}
+    out = {}
+    for key, value in merged.items():
+        name = key.replace("-", "_")
+        name = ALIASES.get(name, name)
+        if name not in FIELD_TYPES:
+            close = [f for f in FIELD_TYPES if f.startswith(name[:3])]
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f"config file {path}: unknown option {key!r}{hint}")
+        out[name] = _check_type(name, value)
+    return out

@@ -1,0 +1,497 @@
+"""The sandbox: untrusted candidates run in a separate, limited, disposable worker process.
+
+Design (measured on a 2-core CPU: importing jax+gymnax+metarl costs ~3 s, compiling PPO 5-13 s):
+
+- **One fresh process per candidate.** A worker is `python -m metarl.evaluators.worker`, started
+  in its own session (`start_new_session=True`, so its process group is the whole tree it can
+  create). It runs exactly one job and is then killed: no candidate can leave state (patched
+  modules, caches, threads, memory) that another candidate's score would see. `fork` after
+  importing jax is unsafe (XLA's threads), so workers are spawned, never forked.
+- **Pre-warmed.** A worker imports jax, gymnax and metarl and initialises the XLA backend
+  *before* it receives its job, then reports `ready`. The pool keeps `spares` such workers
+  ready and starts a replacement as soon as one is taken, so the next candidate's import overlaps
+  the current candidate's run. The visible per-candidate overhead is then the job hand-off and
+  the teardown (kill + temp-dir removal), not the ~3 s import.
+- **Result channel.** Results travel as JSON lines on a private pipe whose write end is passed
+  to the worker with `pass_fds`; the candidate's stdout/stderr go to files in the worker's temp
+  dir and come back truncated (Outcome.stdout). Nothing a candidate prints can be read as a
+  result.
+- **Limits** (applied by the worker to itself before importing anything, see worker.py):
+  RLIMIT_AS = memory_mb (XLA:CPU reserves ~2 GB of address space, measured, so the default
+  8 GB leaves room; skipped when a CUDA plugin is installed since CUDA reserves far more), plus a
+  resident-memory watchdog here in the parent that kills the tree above memory_mb (the only
+  memory limit on GPU); RLIMIT_CPU = cpu_s (default: timeout x cores + 60 s); RLIMIT_FSIZE =
+  max_file_mb (a candidate printing more kills its worker with SIGXFSZ); RLIMIT_NOFILE; no core
+  dumps. The wall clock is enforced here: after `timeout_s` the whole process group gets
+  SIGKILL (SIGALRM cannot interrupt XLA), and we wait until no process of it is left.
+- **No network.** The worker first tries `unshare(CLONE_NEWNET)` (a fresh network namespace with
+  no interfaces: nothing can be reached, needs CAP_SYS_ADMIN, e.g. root). Where that fails it
+  replaces `socket.socket`/`create_connection`/`getaddrinfo` with stubs that raise, after its
+  own imports; that fallback only guards Python-level sockets, which candidates cannot reach
+  anyway (the static stage refuses every import but jax and math). Which guarantee held is
+  reported in `Outcome.sandbox["network"]`.
+- **Filesystem and environment.** Each worker runs in a fresh temp dir (its cwd, HOME and
+  TMPDIR), removed after the job. The environment is an allow-list (PATH, PYTHONPATH, locale,
+  XLA/JAX/CUDA settings, METARL_CACHE_DIR) with anything named like *KEY*, *TOKEN*, *SECRET*,
+  *PASSWORD*, *CREDENTIAL* removed. The only directory outside the temp dir a worker writes is
+  the baseline cache (trusted code, METARL_CACHE_DIR).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import re
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import weakref
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+_SECRET_PATTERN = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
+_ENV_ALLOW = re.compile(
+    r"^(PATH|PYTHONPATH|LANG|LANGUAGE|LC_[A-Z]+|TZ|VIRTUAL_ENV|XLA_FLAGS|XLA_PYTHON_CLIENT_.*|"
+    r"JAX_.*|TF_CPP_.*|CUDA_.*|NVIDIA_.*|LD_LIBRARY_PATH|OMP_NUM_THREADS|METARL_.*)$"
+)
+
+
+@dataclass
+class SandboxLimits:
+    timeout_s: float = 900.0  # wall clock from job hand-off to result, then SIGKILL to the group
+    memory_mb: int = 8192  # RLIMIT_AS (CPU) and the parent's resident-memory watchdog
+    cpu_s: float | None = None  # RLIMIT_CPU; None = timeout_s * cores + 60
+    max_file_mb: int = 64  # RLIMIT_FSIZE: largest file (stdout included) a worker may write
+    nofile: int = 1024  # RLIMIT_NOFILE
+    output_chars: int = 8192  # captured stdout+stderr kept in Outcome.stdout
+    startup_timeout_s: float = 180.0  # spawn -> ready (imports), before any candidate code
+    memory_poll_s: float = 0.25
+
+    def cpu_limit(self) -> int:
+        if self.cpu_s is not None:
+            return int(self.cpu_s)
+        return int(self.timeout_s * (os.cpu_count() or 1) + 60)
+
+
+@dataclass
+class RunResult:
+    """What came back from one worker job."""
+
+    status: str  # "ok" | "timeout" | "died" | "memory" | "stopped" | "startup"
+    result: dict | None = None  # the worker's final message (only when status == "ok")
+    stage: str = "probes"  # the last stage the worker announced
+    reason: str | None = None  # why there is no result (status != "ok")
+    returncode: int | None = None
+    output: str = ""  # the worker's stdout/stderr, truncated
+    ready_info: dict = field(default_factory=dict)
+    timings: dict = field(default_factory=dict)
+    events: list = field(default_factory=list)
+    workdir: str = ""  # the worker's temp dir (removed by the time this is returned)
+    pid: int | None = None
+
+
+def scrubbed_environment(tmpdir: str) -> dict:
+    env = {
+        k: v for k, v in os.environ.items() if _ENV_ALLOW.match(k) and not _SECRET_PATTERN.search(k)
+    }
+    cache_root = os.environ.get("METARL_CACHE_DIR") or str(Path.home() / ".cache" / "metarl")
+    env.update(
+        HOME=tmpdir,
+        TMPDIR=tmpdir,
+        METARL_CACHE_DIR=str(Path(cache_root).resolve()),
+        PYTHONDONTWRITEBYTECODE="1",
+        PYTHONUNBUFFERED="1",
+        PYTHONNOUSERSITE="1",
+        TF_CPP_MIN_LOG_LEVEL=env.get("TF_CPP_MIN_LOG_LEVEL", "2"),
+    )
+    return env
+
+
+def _signal_name(returncode: int | None) -> str:
+    if returncode is None or returncode >= 0:
+        return f"exit status {returncode}"
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"
+
+
+def process_group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # zombies answer kill(0) until reaped: only count live members
+    try:
+        import psutil
+
+        for proc in psutil.process_iter(["pid"]):
+            try:
+                if os.getpgid(proc.pid) == pgid and proc.status() != psutil.STATUS_ZOMBIE:
+                    return True
+            except (ProcessLookupError, psutil.Error, OSError):
+                continue
+        return False
+    except ImportError:
+        return True
+
+
+def _tree_rss_mb(pid: int) -> float:
+    try:
+        import psutil
+
+        root = psutil.Process(pid)
+        total = root.memory_info().rss
+        for child in root.children(recursive=True):
+            try:
+                total += child.memory_info().rss
+            except psutil.Error:
+                pass
+        return total / 2**20
+    except Exception:
+        return 0.0
+
+
+class WorkerProcess:
+    """One disposable worker: spawned pre-warmed, runs one job, then killed with its group."""
+
+    def __init__(self, limits: SandboxLimits, python: str | None = None):
+        self.limits = limits
+        self.tmpdir = tempfile.mkdtemp(prefix="metarl-sandbox-")
+        self.read_fd, write_fd = os.pipe()
+        self.stdout_path = os.path.join(self.tmpdir, "stdout.txt")
+        self.stderr_path = os.path.join(self.tmpdir, "stderr.txt")
+        self.spawned_at = time.perf_counter()
+        self.ready_at: float | None = None
+        self.ready_info: dict = {}
+        self._buffer = b""
+        self._closed = False
+        self.pgid: int | None = None
+        command = [
+            python or sys.executable,
+            *(["-P"] if sys.version_info >= (3, 11) else []),
+            "-m",
+            "metarl.evaluators.worker",
+            "--result-fd", str(write_fd),
+            "--memory-mb", str(int(limits.memory_mb)),
+            "--cpu-s", str(limits.cpu_limit()),
+            "--max-file-mb", str(int(limits.max_file_mb)),
+            "--nofile", str(int(limits.nofile)),
+        ]
+        with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
+            try:
+                self.proc = subprocess.Popen(
+                    command,
+                    stdin=subprocess.PIPE,
+                    stdout=out,
+                    stderr=err,
+                    cwd=self.tmpdir,
+                    env=scrubbed_environment(self.tmpdir),
+                    pass_fds=(write_fd,),
+                    start_new_session=True,
+                    close_fds=True,
+                )
+            finally:
+                os.close(write_fd)
+        self.pgid = self.proc.pid  # start_new_session: the worker leads its own group
+        self.pid = self.proc.pid
+
+    # -- reading the private channel ---------------------------------------------------------
+    def _read_messages(self, timeout: float) -> tuple[list[dict], bool]:
+        """Messages that arrive within `timeout` s, and whether the channel hit EOF."""
+        messages: list[dict] = []
+        ready, _, _ = select.select([self.read_fd], [], [], max(0.0, timeout))
+        if not ready:
+            return messages, False
+        chunk = os.read(self.read_fd, 1 << 16)
+        if not chunk:
+            return messages, True
+        self._buffer += chunk
+        while b"\n" in self._buffer:
+            line, self._buffer = self._buffer.split(b"\n", 1)
+            if line.strip():
+                try:
+                    messages.append(json.loads(line))
+                except ValueError:
+                    messages.append({"event": "garbled", "line": line[:200].decode("utf-8", "replace")})
+        return messages, False
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        """Block until the worker has imported everything (or died / timed out)."""
+        if self.ready_at is not None:
+            return True
+        deadline = time.perf_counter() + (timeout if timeout is not None else self.limits.startup_timeout_s)
+        while time.perf_counter() < deadline:
+            messages, eof = self._read_messages(min(0.5, deadline - time.perf_counter()))
+            for message in messages:
+                if message.get("event") == "ready":
+                    self.ready_at = time.perf_counter()
+                    self.ready_info = message
+                    return True
+            if eof or self.proc.poll() is not None:
+                return False
+        return False
+
+    def is_alive(self) -> bool:
+        return not self._closed and self.proc.poll() is None
+
+    def output(self) -> str:
+        """The worker's stdout and stderr, truncated to limits.output_chars."""
+        budget = self.limits.output_chars
+        parts = []
+        for name, path in (("stdout", self.stdout_path), ("stderr", self.stderr_path)):
+            try:
+                size = os.path.getsize(path)
+                with open(path, "rb") as handle:
+                    head = handle.read(budget // 2)
+                    tail = b""
+                    if size > budget:
+                        handle.seek(max(budget // 2, size - budget // 2))
+                        tail = handle.read(budget // 2)
+            except OSError:
+                continue
+            text = head.decode("utf-8", "replace")
+            if tail:
+                text += f"\n... [{size - len(head) - len(tail)} bytes cut] ...\n" + tail.decode("utf-8", "replace")
+            if text.strip():
+                parts.append(f"--- {name} ---\n{text}")
+        return "\n".join(parts)
+
+    # -- one job -------------------------------------------------------------------------------
+    def run(
+        self,
+        job: dict,
+        timeout_s: float,
+        on_event: Callable[[dict], bool | None] | None = None,
+    ) -> RunResult:
+        """Hand `job` to the worker and wait for its result, at most `timeout_s` s of wall clock.
+
+        `on_event(message)` sees every progress message; returning True stops the worker at once
+        (status "stopped"). The worker is always killed (with its process group) afterwards.
+        """
+        timings: dict = {}
+        start_wait = time.perf_counter()
+        if not self.wait_ready():
+            output = self.output()
+            self.kill()
+            code = self.proc.returncode
+            return RunResult(
+                status="startup",
+                reason=f"the sandbox worker failed to start ({_signal_name(code)}): {output[-1500:]}",
+                output=output,
+                returncode=code,
+                timings={"wait_worker": time.perf_counter() - start_wait},
+            )
+        timings["wait_worker"] = time.perf_counter() - start_wait
+        timings["worker_start"] = (self.ready_at or self.spawned_at) - self.spawned_at
+        timings["import"] = float(self.ready_info.get("import_s", 0.0))
+
+        result = RunResult(
+            status="died", ready_info=dict(self.ready_info), timings=timings, workdir=self.tmpdir,
+            pid=self.pid,
+        )
+        stage = job.get("first_stage", "probes")
+        try:
+            self.proc.stdin.write((json.dumps(job) + "\n").encode())
+            self.proc.stdin.close()
+        except (BrokenPipeError, OSError):
+            pass
+        started = time.perf_counter()
+        deadline = started + timeout_s
+        next_memory_check = started
+        final = None
+        eof = False
+        while True:
+            now = time.perf_counter()
+            if now >= deadline:
+                result.status = "timeout"
+                result.reason = f"timed out after {timeout_s:g} s in stage {stage}"
+                break
+            if now >= next_memory_check:
+                next_memory_check = now + self.limits.memory_poll_s
+                rss = _tree_rss_mb(self.pid)
+                if rss > self.limits.memory_mb:
+                    result.status = "memory"
+                    result.reason = (
+                        f"exceeded the memory limit of {self.limits.memory_mb} MB (resident "
+                        f"{rss:.0f} MB) in stage {stage}"
+                    )
+                    break
+            if eof:
+                break
+            messages, eof = self._read_messages(min(0.1, deadline - now))
+            stop = False
+            for message in messages:
+                result.events.append(message)
+                if message.get("event") == "stage":
+                    stage = message.get("stage", stage)
+                elif message.get("event") == "result":
+                    final = message
+                if on_event is not None and message.get("event") != "result":
+                    if on_event(message):
+                        stop = True
+            if final is not None:
+                result.status = "ok"
+                result.result = final
+                break
+            if stop:
+                result.status = "stopped"
+                break
+            if not messages and not eof and self.proc.poll() is not None:
+                # exited: drain what is left of the channel, then stop
+                messages, eof = self._read_messages(0.2)
+                for message in messages:
+                    result.events.append(message)
+                    if message.get("event") == "result":
+                        final = message
+                if final is not None:
+                    result.status = "ok"
+                    result.result = final
+                    break
+                eof = True
+        result.stage = stage
+        timings["sandbox"] = time.perf_counter() - started
+        teardown_start = time.perf_counter()
+        result.output = self.output()
+        self.kill()
+        result.returncode = self.proc.returncode
+        timings["teardown"] = time.perf_counter() - teardown_start
+        if result.status == "died":
+            result.reason = self._death_reason(stage, result.returncode, result.output)
+        return result
+
+    def _death_reason(self, stage: str, returncode: int | None, output: str) -> str:
+        name = _signal_name(returncode)
+        limits = self.limits
+        if returncode is not None and returncode < 0:
+            sig = -returncode
+            if sig == signal.SIGXCPU:
+                return f"exceeded the CPU-time limit of {limits.cpu_limit()} s in stage {stage}"
+            if sig == signal.SIGXFSZ:
+                return (
+                    f"wrote more than {limits.max_file_mb} MB of output in stage {stage} "
+                    "(stdout/stderr are captured and limited)"
+                )
+        lowered = output.lower()
+        if any(k in lowered for k in ("bad_alloc", "out of memory", "resource_exhausted", "memoryerror")):
+            return (
+                f"the evaluator process ran out of memory (limit {limits.memory_mb} MB) and died "
+                f"({name}) in stage {stage}"
+            )
+        tail = " ".join(output.strip().splitlines()[-3:])[-400:]
+        return f"the evaluator process died ({name}) in stage {stage} without a result" + (
+            f"; last output: {tail}" if tail else ""
+        )
+
+    def kill(self) -> None:
+        """SIGKILL the worker's whole process group, reap it, remove its temp dir."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            os.killpg(self.pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        deadline = time.perf_counter() + 5
+        while time.perf_counter() < deadline:
+            try:
+                os.killpg(self.pgid, 0)
+            except ProcessLookupError:
+                break
+            try:
+                os.killpg(self.pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                break
+            if not process_group_alive(self.pgid):
+                break
+            time.sleep(0.05)
+        for stream in (self.proc.stdin,):
+            try:
+                if stream and not stream.closed:
+                    stream.close()
+            except OSError:
+                pass
+        try:
+            os.close(self.read_fd)
+        except OSError:
+            pass
+        shutil.rmtree(self.tmpdir, ignore_errors=True)
+
+
+class WorkerPool:
+    """Keeps `spares` pre-warmed workers; hands each job a fresh one and starts its replacement."""
+
+    def __init__(self, limits: SandboxLimits, spares: int = 1, python: str | None = None):
+        self.limits = limits
+        self.spares = max(0, int(spares))
+        self.python = python
+        self._lock = threading.Lock()
+        self._idle: list[WorkerProcess] = []
+        self._closed = False
+        self._live: "weakref.WeakSet[WorkerProcess]" = weakref.WeakSet()
+        atexit.register(self.close)
+        with self._lock:
+            self._top_up()
+
+    def _spawn(self) -> WorkerProcess:
+        worker = WorkerProcess(self.limits, self.python)
+        self._live.add(worker)
+        return worker
+
+    def _top_up(self) -> None:
+        self._idle = [w for w in self._idle if w.is_alive() or self._discard(w)]
+        while not self._closed and len(self._idle) < self.spares:
+            self._idle.append(self._spawn())
+
+    @staticmethod
+    def _discard(worker: WorkerProcess) -> bool:
+        worker.kill()
+        return False
+
+    def acquire(self) -> WorkerProcess:
+        """A worker for one job (pre-warmed when one is idle); its replacement starts now."""
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the worker pool is closed")
+            self._idle = [w for w in self._idle if w.is_alive() or self._discard(w)]
+            # prefer the worker that has been warming the longest
+            worker = self._idle.pop(0) if self._idle else self._spawn()
+            self._top_up()
+            return worker
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for worker in idle:
+            worker.kill()
+        for worker in list(self._live):
+            worker.kill()
+
+
+def run_job(job: dict, limits: SandboxLimits, on_event=None) -> RunResult:
+    """One-shot: spawn a worker, run `job`, kill it."""
+    worker = WorkerProcess(limits)
+    try:
+        return worker.run(job, limits.timeout_s, on_event)
+    finally:
+        worker.kill()
+
+
+def limits_dict(limits: SandboxLimits) -> dict:
+    data = asdict(limits)
+    data["cpu_s"] = limits.cpu_limit()
+    return data

@@ -1,0 +1,202 @@
+"""Probes for the `drift` task: cheap checks of a candidate drift before any training.
+
+On fresh random inputs (a new rng seed per evaluation, so a program cannot special-case them):
+
+1. compiles under jax.jit (Python control flow or numpy on traced values fails here);
+2. returns a float32 array of exactly the shape of `ratio` (1-D and 2-D inputs; no silent
+   broadcasting, no reductions);
+3. is elementwise: permuting the inputs permutes the outputs (no means/sums over the batch);
+4. vmaps, with the same values as the unbatched call;
+5. finite values, for ratio in [0.05, 20] and any advantage;
+6. finite gradient with respect to ratio (the trainer differentiates through the drift);
+7. the drift invariants, under this policy:
+   - FAILURE: drift < -NEGATIVE_TOLERANCE anywhere (a negative drift rewards moving away from
+     the old policy and breaks the mirror-learning guarantee);
+   - WARNING: |drift(1, A)| > ZERO_TOLERANCE or |d drift/d ratio (1, A)| > GRADIENT_TOLERANCE
+     (a penalty or a push before the policy moves; legal to train, but off-contract).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from metarl.tasks.probing import (
+    ProbeFailure,
+    ProbeReport,
+    call,
+    check_array,
+    first_nonfinite,
+    run_checks,
+)
+
+EPSILON = 0.2  # the trainer's clip_eps default; passed as a static Python float, as in training
+BATCH = 64
+NEGATIVE_TOLERANCE = 1e-5
+ZERO_TOLERANCE = 1e-5
+GRADIENT_TOLERANCE = 1e-4
+EXPECTED_SHAPE = "a float32 array with exactly the shape of `ratio` (elementwise, no reductions)"
+
+
+def _inputs(rng_seed: int, batch: int = BATCH):
+    rng = np.random.default_rng(rng_seed)
+    log_ratio = rng.normal(0.0, 0.6, batch)
+    # include the edges of the typical range and a few far values
+    log_ratio[:6] = np.log([0.05, 0.5, 1.0, 2.0, 20.0, 1.0 + 1e-3])
+    ratio = np.exp(log_ratio).astype(np.float32)
+    advantage = rng.normal(0.0, 1.0, batch)
+    advantage = ((advantage - advantage.mean()) / (advantage.std() + 1e-8)).astype(np.float32)
+    advantage[:2] = [3.0, -3.0]
+    return ratio, advantage
+
+
+def _at(ratio, advantage, index) -> str:
+    return f"ratio={float(ratio.ravel()[index]):.4g}, advantage={float(advantage.ravel()[index]):.4g}"
+
+
+def probes(drift: Callable, rng_seed: int) -> ProbeReport:
+    import jax
+    import jax.numpy as jnp
+
+    ratio, advantage = _inputs(rng_seed)
+    shape = ratio.shape
+    applied = jax.jit(lambda ratio, advantage: drift(ratio, advantage, EPSILON))
+    state: dict = {}
+
+    def compiles(warnings):
+        state["out"] = call(
+            f"calling drift(ratio, advantage, {EPSILON}) under jax.jit with ratio and advantage "
+            f"of shape {shape}",
+            applied, jnp.asarray(ratio), jnp.asarray(advantage), expected=EXPECTED_SHAPE,
+        )
+
+    def shape_and_dtype(warnings):
+        state["values"] = check_array(
+            state["out"], "drift's result", shape, context=f" for ratio of shape {shape}"
+        ).astype(np.float64)
+        grid = (8, BATCH // 8)
+        out2 = call(
+            f"calling drift on 2-D inputs of shape {grid}", applied,
+            jnp.asarray(ratio.reshape(grid)), jnp.asarray(advantage.reshape(grid)),
+            expected=EXPECTED_SHAPE,
+        )
+        values2 = check_array(out2, "drift's result", grid, context=f" for ratio of shape {grid}")
+        if not np.allclose(values2.ravel(), state["values"], rtol=1e-4, atol=1e-5, equal_nan=True):
+            raise ProbeFailure(
+                "drift gives different values for the same (ratio, advantage) pairs when the "
+                "inputs are reshaped: it must be elementwise (no reductions over the batch)"
+            )
+
+    def finite(warnings):
+        bad = first_nonfinite(state["values"])
+        if bad is not None:
+            raise ProbeFailure(
+                f"drift returned {state['values'][bad]} at {_at(ratio, advantage, bad)}; expected "
+                "finite values for every ratio in (0, inf) and every advantage"
+            )
+
+    def elementwise(warnings):
+        permutation = np.random.default_rng(rng_seed + 1).permutation(shape[0])
+        out = call(
+            "calling drift on permuted inputs", applied,
+            jnp.asarray(ratio[permutation]), jnp.asarray(advantage[permutation]),
+        )
+        values = np.asarray(out, dtype=np.float64)
+        if not np.allclose(values, state["values"][permutation], rtol=1e-4, atol=1e-5):
+            raise ProbeFailure(
+                "drift is not elementwise: permuting the samples of the minibatch changed their "
+                "drift values; each output element may depend only on the same element of ratio "
+                "and advantage (no means, sums, sorting or positions)"
+            )
+        half = shape[0] // 2
+        out = call(
+            "calling drift on the first half of the minibatch", applied,
+            jnp.asarray(ratio[:half]), jnp.asarray(advantage[:half]),
+        )
+        values = np.asarray(out, dtype=np.float64)
+        if values.shape != (half,) or not np.allclose(
+            values, state["values"][:half], rtol=1e-4, atol=1e-5
+        ):
+            raise ProbeFailure(
+                "drift is not elementwise: the drift of a sample changed when other samples were "
+                "removed from the minibatch; each output element may depend only on the same "
+                "element of ratio and advantage (no means, sums, norms or other reductions)"
+            )
+
+    def vmaps(warnings):
+        grid = (4, BATCH // 4)
+        batched = jax.jit(jax.vmap(lambda ratio, advantage: drift(ratio, advantage, EPSILON)))
+        out = call(
+            f"calling jax.vmap(drift) over a leading axis (inputs of shape {grid})", batched,
+            jnp.asarray(ratio.reshape(grid)), jnp.asarray(advantage.reshape(grid)),
+        )
+        values = check_array(out, "drift's result under jax.vmap", grid)
+        if not np.allclose(values.ravel(), state["values"], rtol=1e-4, atol=1e-5, equal_nan=True):
+            raise ProbeFailure(
+                "drift gives different values under jax.vmap than without it; it must be "
+                "elementwise (no reductions over the batch)"
+            )
+
+    def gradient(warnings):
+        grad = jax.jit(jax.grad(lambda ratio, advantage: jnp.sum(drift(ratio, advantage, EPSILON))))
+        out = call(
+            "differentiating sum(drift(ratio, advantage, epsilon)) with respect to ratio",
+            grad, jnp.asarray(ratio), jnp.asarray(advantage),
+        )
+        values = np.asarray(out, dtype=np.float64)
+        bad = first_nonfinite(values)
+        if bad is not None:
+            raise ProbeFailure(
+                f"the gradient of drift with respect to ratio is {values[bad]} at "
+                f"{_at(ratio, advantage, bad)}; expected finite gradients (avoid log/sqrt/division "
+                "at points where they blow up, or guard them with jnp.where on both branches)"
+            )
+        state["grad"] = grad
+
+    def non_negative(warnings):
+        values = state["values"]
+        worst = int(np.argmin(values))
+        if values[worst] < -NEGATIVE_TOLERANCE:
+            raise ProbeFailure(
+                f"drift is negative ({values[worst]:.4g} at {_at(ratio, advantage, worst)}); a drift "
+                "must be >= 0 everywhere (e.g. wrap it in jax.nn.relu or square it)"
+            )
+
+    def zero_at_one(warnings):
+        ones = jnp.ones_like(jnp.asarray(advantage))
+        values = np.asarray(applied(ones, jnp.asarray(advantage)), dtype=np.float64)
+        grads = np.asarray(state["grad"](ones, jnp.asarray(advantage)), dtype=np.float64)
+        worst = int(np.argmax(np.abs(values)))
+        if abs(values[worst]) > ZERO_TOLERANCE:
+            warnings.append(
+                f"drift is {values[worst]:.3g} (not 0) at ratio=1, advantage={advantage[worst]:.3g}: "
+                "the contract asks for no penalty before the policy moves"
+            )
+        worst = int(np.argmax(np.abs(grads)))
+        if np.isfinite(grads[worst]) and abs(grads[worst]) > GRADIENT_TOLERANCE:
+            warnings.append(
+                f"d drift / d ratio is {grads[worst]:.3g} (not 0) at ratio=1, "
+                f"advantage={advantage[worst]:.3g}: the contract asks for a zero gradient there"
+            )
+
+    return run_checks([
+        ("compiles", compiles),
+        ("shape_and_dtype", shape_and_dtype),
+        ("finite", finite),
+        ("elementwise", elementwise),
+        ("vmaps", vmaps),
+        ("finite_gradient", gradient),
+        ("non_negative", non_negative),
+        ("zero_at_ratio_one", zero_at_one),
+    ])
+
+
+def fingerprint_inputs() -> tuple:
+    """A fixed grid of (ratio, advantage) pairs; epsilon is static, as in training."""
+    import jax.numpy as jnp
+
+    ratio, advantage = np.meshgrid(
+        np.geomspace(0.25, 4.0, 17, dtype=np.float32), np.linspace(-2.5, 2.5, 16, dtype=np.float32)
+    )
+    return jnp.asarray(ratio.ravel()), jnp.asarray(advantage.ravel()), EPSILON

@@ -1,0 +1,173 @@
+"""Shared machinery for the tasks' probes (stage 2 of the cascade).
+
+Probes run only inside the sandbox worker, on a candidate function already loaded there. A task's
+`probes(function, rng_seed) -> ProbeReport` calls the candidate on fresh random inputs and
+checks the contract; the first violated check becomes the report's one reason. Messages are
+written for the LLM that has to fix the program: the exception type, the line of the candidate
+that raised it (frames whose filename is "<candidate>"), and what was expected.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import linecache
+import re
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+CANDIDATE_FILENAME = "<candidate>"
+MAX_MESSAGE_CHARS = 500
+
+
+@dataclass
+class ProbeReport:
+    ok: bool
+    reason: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    checks: list[str] = field(default_factory=list)  # names of the checks that passed
+
+
+class ProbeFailure(Exception):
+    """Raised inside a probe to stop with one reason."""
+
+
+def register_candidate_source(source: str) -> None:
+    """Make the candidate's lines available to tracebacks (filename "<candidate>")."""
+    lines = source.splitlines(keepends=True)
+    linecache.cache[CANDIDATE_FILENAME] = (len(source), None, lines, CANDIDATE_FILENAME)
+
+
+def _short(message: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    message = " ".join(message.strip().split())
+    return message if len(message) <= limit else message[: limit - 3] + "..."
+
+
+def candidate_frame(error: BaseException) -> tuple[int, str] | None:
+    """(line number, line text) of the innermost candidate frame in `error`'s traceback chain."""
+    seen = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        frames = [f for f in traceback.extract_tb(current.__traceback__) if f.filename == CANDIDATE_FILENAME]
+        if frames:
+            frame = frames[-1]
+            text = frame.line or linecache.getline(CANDIDATE_FILENAME, frame.lineno or 0)
+            return frame.lineno or 0, (text or "").strip()
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def describe_exception(error: BaseException, doing: str, expected: str = "") -> str:
+    """`TypeError at line 4 (`return x[:, None]`) while <doing>: <message>. Expected: ...`"""
+    where = candidate_frame(error)
+    location = f" at line {where[0]} (`{where[1]}`)" if where and where[1] else (
+        f" at line {where[0]}" if where else ""
+    )
+    message = " ".join(str(error).split("See https://")[0].split())
+    message = re.sub(r"The error occurred while tracing the function \S+ at \S+ for \S+\. ?", "", message)
+    hint = _hint(error)
+    text = f"{type(error).__name__}{location} while {doing}: {_short(message)}"
+    if hint:
+        text += f" ({hint})"
+    if expected:
+        text += f". Expected: {expected}"
+    return text
+
+
+def _hint(error: BaseException) -> str:
+    name = type(error).__name__
+    if name in ("TracerBoolConversionError", "ConcretizationTypeError", "TracerIntegerConversionError"):
+        return "the function is traced by jax.jit: no Python if/while/bool()/float()/int() on array values; use jnp.where, lax.cond or lax.select"
+    if name == "TracerArrayConversionError":
+        return "numpy cannot operate on traced arrays: use jax.numpy (jnp) throughout"
+    if name == "UnexpectedTracerError":
+        return "do not store traced values outside the function"
+    if name == "MemoryError" or "RESOURCE_EXHAUSTED" in str(error):
+        return "the program ran out of memory: keep intermediate arrays the size of the inputs"
+    return ""
+
+
+def call(doing: str, function: Callable, *args, expected: str = "", **kwargs):
+    """Run `function(*args)`; turn any exception into a ProbeFailure with a readable reason."""
+    try:
+        result = function(*args, **kwargs)
+        try:
+            import jax
+
+            jax.block_until_ready(result)  # runtime errors (e.g. out of memory) surface here
+        except ImportError:
+            pass
+        return result
+    except ProbeFailure:
+        raise
+    except Exception as error:  # the candidate's failure, reported to the proposer
+        raise ProbeFailure(describe_exception(error, doing, expected)) from error
+
+
+def check_array(value: Any, what: str, shape: tuple, dtype=np.float32, context: str = "") -> np.ndarray:
+    """The value is an array of exactly `shape` and `dtype` (no silent broadcasting)."""
+    got_shape = getattr(value, "shape", None)
+    got_dtype = getattr(value, "dtype", None)
+    if got_shape is None or got_dtype is None:
+        raise ProbeFailure(
+            f"{what} is a {type(value).__name__}, not an array{context}; expected a float32 array "
+            f"of shape {tuple(shape)}"
+        )
+    if tuple(got_shape) != tuple(shape):
+        raise ProbeFailure(f"{what} has shape {tuple(got_shape)}{context}; expected exactly {tuple(shape)}")
+    if np.dtype(got_dtype) != np.dtype(dtype):
+        raise ProbeFailure(f"{what} has dtype {np.dtype(got_dtype).name}{context}; expected {np.dtype(dtype).name}")
+    return np.asarray(value)
+
+
+def first_nonfinite(values: np.ndarray) -> int | None:
+    bad = np.flatnonzero(~np.isfinite(np.asarray(values, dtype=np.float64)))
+    return int(bad[0]) if bad.size else None
+
+
+def fingerprint_outputs(outputs: Any, digits: int = 4) -> str:
+    """A hash of `outputs` (a pytree of arrays) rounded to `digits` significant digits."""
+    import jax
+
+    parts = []
+    for leaf in jax.tree.leaves(outputs):
+        array = np.asarray(leaf, dtype=np.float64).ravel()
+        parts.append(f"{array.size}:")
+        with np.errstate(all="ignore"):
+            parts.append(",".join(
+                f"{v:.{digits - 1}e}" if np.isfinite(v) else str(v) for v in (array + 0.0)
+            ))
+        parts.append(";")
+    return hashlib.sha256("".join(parts).encode()).hexdigest()[:16]
+
+
+def fingerprint(function: Callable, inputs: tuple) -> str:
+    """Evaluate `function(*inputs)` under jit (non-array inputs are static) and hash the result."""
+    import jax
+
+    positions = [i for i, x in enumerate(inputs) if hasattr(x, "shape")]
+
+    def traced(*arrays):
+        args = list(inputs)
+        for i, array in zip(positions, arrays):
+            args[i] = array
+        return function(*args)
+
+    outputs = call("computing the behaviour fingerprint", jax.jit(traced), *[inputs[i] for i in positions])
+    return fingerprint_outputs(outputs)
+
+
+def run_checks(checks: list[tuple[str, Callable[[list[str]], None]]]) -> ProbeReport:
+    """Run named checks in order; each may append warnings; the first failure stops."""
+    warnings: list[str] = []
+    passed: list[str] = []
+    for name, check in checks:
+        try:
+            check(warnings)
+        except ProbeFailure as failure:
+            return ProbeReport(ok=False, reason=str(failure), warnings=warnings, checks=passed)
+        passed.append(name)
+    return ProbeReport(ok=True, warnings=warnings, checks=passed)

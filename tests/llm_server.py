@@ -53,7 +53,9 @@ class ScriptedLLMServer:
         script: list[str | Reply] | None = None,
         responder: Callable[[dict], str | Reply] | None = None,
         default: str | Reply = CLEAN_DRIFT,
+        port: int = 0,
     ):
+        self._port = port
         self.script: list[str | Reply] = list(script or [])
         self.responder = responder
         self.default = default
@@ -133,7 +135,7 @@ class ScriptedLLMServer:
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (timeout): nothing to answer
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", self._port), Handler)
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
         self._thread.start()
@@ -192,3 +194,29 @@ def _completion(payload: dict, reply: Reply) -> dict:
         ],
         "usage": usage,
     }
+
+
+def main() -> None:
+    """`python tests/llm_server.py [--port P] [--script replies.json]`: serve until killed.
+    The script file is a JSON list of strings or Reply field dicts; after it, CLEAN_DRIFT."""
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--script", default=None)
+    args = parser.parse_args()
+    script = []
+    if args.script:
+        with open(args.script) as handle:
+            script = [item if isinstance(item, str) else Reply(**item) for item in json.load(handle)]
+    server = ScriptedLLMServer(script, port=args.port)
+    server.start()
+    print(f"serving on {server.api_base}", flush=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()

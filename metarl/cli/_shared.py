@@ -21,7 +21,9 @@ ARCHIVE_HELP = "The archive file (SQLite). Default ./metarl.db, or $METARL_ARCHI
 
 
 def user_error(message: str, code: int = 1) -> typer.Exit:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    from rich.markup import escape
+
+    err_console.print(f"[bold red]error:[/] {escape(str(message))}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 
@@ -129,5 +131,5 @@ def leaderboard_table(board, *, show_run: bool = False) -> Table:
         cells += [fmt(row.env_scores.get(env)) for env in board.envs]
         cells += [fmt(row.fitness), fmt(row.confirmed), fmt(row.heldout), str(row.generation),
                   row.proposer or "—"]
-        table.add_row(*cells)
+        table.add_row(*[c if isinstance(c, Text) else Text(c) for c in cells])
     return table

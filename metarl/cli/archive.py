@@ -58,6 +58,28 @@ def _node_label(node: dict) -> Text:
     return text
 
 
+class _Grid:
+    """A two-column grid whose values are plain text (never parsed as rich markup)."""
+
+    def __init__(self):
+        self.table = Table.grid(padding=(0, 2))
+        self.table.add_column(style="bold")
+        self.table.add_column()
+
+    def add_column(self, *args, **kwargs) -> None:
+        pass
+
+    def add_row(self, label: str, value) -> None:
+        self.table.add_row(label, value if isinstance(value, Text) else Text(str(value)))
+
+    def __rich__(self):
+        return self.table
+
+
+def _plain(*cells) -> list:
+    return [c if isinstance(c, Text) else Text(str(c)) for c in cells]
+
+
 def register(app: typer.Typer) -> None:
     @app.command("leaderboard")
     @handles_user_errors
@@ -121,7 +143,7 @@ def register(app: typer.Typer) -> None:
             evaluations = store.evaluations(cid)
             calls = store.calls(cid)
             children = store.children(cid)
-        header = Table.grid(padding=(0, 2))
+        header = _Grid()
         header.add_column(style="bold")
         header.add_column()
         header.add_row("candidate", f"{cid}  {row['name'] or ''}")
@@ -162,12 +184,12 @@ def register(app: typer.Typer) -> None:
                 table.add_column(column, justify="left" if column in ("purpose", "env", "stage") else "right")
             for ev in evaluations:
                 env = ev["env"] + (" (held-out)" if ev["heldout"] else "")
-                table.add_row(
+                table.add_row(*_plain(
                     ev["purpose"], env, ev["stage"], str(len(ev["seeds"] or [])), str(ev["total_timesteps"]),
                     f"{fmt(ev['mean'], 1)} ± {fmt(ev['std'], 1)}", fmt(ev["normalised"]),
                     fmt(ev["baseline_mean"], 1), fmt(ev["random_mean"], 1),
                     fmt_seconds(ev["compile_s"]), fmt_seconds(ev["run_s"]),
-                )
+                ))
             console.print(table)
         for i, call in enumerate(calls, 1):
             meta = (f"model {call['model']} · tokens {call['prompt_tokens']}+{call['completion_tokens']}"
@@ -238,12 +260,12 @@ def register(app: typer.Typer) -> None:
             status = Text(run["shown_status"], style=styles.get(run["shown_status"], ""))
             if run.get("stop_reason") and run["shown_status"] != "finished":
                 status.append(f" ({run['stop_reason']})", style="dim")
-            table.add_row(
+            table.add_row(*_plain(
                 run["id"], status, run["task"], run["suite"], run["proposer"] or "—",
                 f"{run['candidates_count'] or 0}/{run['budget_candidates']}", str(run["generation"] or 0),
                 run["best_id"] or "—", fmt(run["best_fitness"]), fmt_seconds(run["elapsed_s"]),
                 f"${run['cost_usd']:.3f}" if run.get("cost_usd") else "—", (run["started_at"] or "")[:19],
-            )
+            ))
         console.print(table)
 
     @app.command("export")

@@ -77,7 +77,7 @@ class Display:
 
     def line(self, text: str) -> None:
         if not self.live_enabled and not self.quiet:
-            console.print(text, highlight=False, soft_wrap=True)
+            console.print(text, highlight=False, soft_wrap=True, markup=False)
 
     def __call__(self, kind: str, data: dict) -> None:
         state = data.get("state")
@@ -132,11 +132,12 @@ class Display:
         for column in ("id", "name", "gen", "operator", "fate", "fitness", "time"):
             table.add_column(column, justify="right" if column in ("gen", "fitness", "time") else "left")
         for row in self.recent:
-            table.add_row(
+            cells = [
                 row["id"], row.get("name") or "—", str(row.get("generation") or 0),
                 "seed" if row.get("is_seed") else (row.get("operator") or "—"), fate_text(row),
                 fmt(row.get("fitness")), fmt_seconds(row.get("eval_s")),
-            )
+            ]
+            table.add_row(*[c if isinstance(c, Text) else Text(c) for c in cells])
         incumbent = self.state.get("incumbent")
         best = Text.assemble(("best: ", "bold"), (str(incumbent or "—"), "cyan"))
         if self.best and self.best.get("score") is not None:
@@ -170,13 +171,15 @@ def _build_proposer(config):
 
 
 def _sigterm_as_interrupt():
+    """SIGTERM stops a run like Ctrl-C (cleanly, resumable); returns the previous handler."""
+
     def handler(signum, frame):
         raise KeyboardInterrupt
 
     try:
-        signal.signal(signal.SIGTERM, handler)
+        return signal.signal(signal.SIGTERM, handler)
     except ValueError:
-        pass  # not the main thread (tests): leave it
+        return None  # not the main thread: leave it
 
 
 def run_discovery(config, archive_path: str, resume: str | None, live: bool | None, quiet: bool) -> None:
@@ -193,7 +196,7 @@ def run_discovery(config, archive_path: str, resume: str | None, live: bool | No
         live = console.is_terminal and not quiet
     display = Display(live=live, budget=config.budget, quiet=quiet)
     loop = DiscoveryLoop(archive, config, proposer, resume=resume, on_event=display)
-    _sigterm_as_interrupt()
+    previous = _sigterm_as_interrupt()
     start = time.monotonic()
     try:
         with display:
@@ -202,9 +205,13 @@ def run_discovery(config, archive_path: str, resume: str | None, live: bool | No
         run_id = loop.run_id or "?"
         err_console.print(
             f"interrupted; the archive is consistent. Continue with: metarl resume {run_id}"
-            + (f" --archive {archive_path}" if archive_path != "metarl.db" else "")
+            + (f" --archive {archive_path}" if archive_path != "metarl.db" else ""),
+            markup=False, highlight=False,
         )
         raise typer.Exit(130)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     elapsed = time.monotonic() - start
     board = leaderboard(archive, run_id=result.run_id, limit=15)
     console.print(leaderboard_table(board))
@@ -214,7 +221,7 @@ def run_discovery(config, archive_path: str, resume: str | None, live: bool | No
     console.print(
         f"run {result.run_id} {result.status} ({result.reason}) in {fmt_seconds(elapsed)}: "
         f"{result.candidates} candidates ({fates}{'; stopped ' + stopped if stopped else ''}); "
-        f"best {result.best_id} ({fmt(result.best_fitness)})", highlight=False,
+        f"best {result.best_id} ({fmt(result.best_fitness)})", highlight=False, markup=False,
     )
     hint = f" --archive {archive_path}" if archive_path != "metarl.db" else ""
     if result.status != "finished":

@@ -115,6 +115,8 @@ def _print_outcome(outcome, path: Path, task: str, settings) -> None:
     from rich.text import Text
 
     console = Console()
+    if not console.is_terminal:  # piped or captured: don't squeeze the table into 80 columns
+        console = Console(width=max(console.width, 132))
     plural = "s" if settings.seeds != 1 else ""
     title = f"{path.name} · task {task} · suite {settings.suite} · {settings.seeds} seed{plural}"
     if outcome.env_scores:

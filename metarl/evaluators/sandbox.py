@@ -288,6 +288,8 @@ class WorkerProcess:
                 status="startup",
                 reason=f"the sandbox worker failed to start ({_signal_name(code)}): {output[-1500:]}",
                 output=output,
+                workdir=self.tmpdir,
+                pid=self.pid,
                 returncode=code,
                 timings={"wait_worker": time.perf_counter() - start_wait},
             )

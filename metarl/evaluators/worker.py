@@ -210,11 +210,18 @@ class Job:
         self.timings: dict[str, float] = {}
         self.warnings: list[str] = []
         self.stage = "probes"
+        self.stage_started: float | None = None
         self.candidate_hash = None
 
-    def announce(self, stage: str) -> None:
-        self.stage = stage
-        self.channel.send("stage", stage=stage)
+    def announce(self, stage: str | None) -> None:
+        """Start `stage` (None: the end); the previous stage's wall time goes to timings."""
+        now = time.perf_counter()
+        if self.stage_started is not None:
+            self.add_time(self.stage, now - self.stage_started)
+        self.stage_started = now if stage else None
+        if stage:
+            self.stage = stage
+            self.channel.send("stage", stage=stage)
 
     def add_time(self, key: str, seconds: float) -> None:
         self.timings[key] = self.timings.get(key, 0.0) + seconds
@@ -312,7 +319,6 @@ class Job:
         try:
             # stage 2: probes
             self.announce("probes")
-            start = time.perf_counter()
             function = load_candidate(source, self.task.function_name)
             if self.task.probes is not None:
                 report = self.task.probes(function, int(self.job.get("probe_seed", 0)))
@@ -325,20 +331,17 @@ class Job:
                 except Exception as error:  # ProbeFailure and the like
                     raise StageFailure(str(error)) from error
                 self.channel.send("fingerprint", fingerprint=outcome.fingerprint)
-            self.add_time("probes", time.perf_counter() - start)
 
             # stage 3: short run on the first environment
             settings = self.settings
             reused = None
             if not settings.get("skip_short"):
                 self.announce("short")
-                start = time.perf_counter()
                 config = self.short_config()
                 run = self.train(function, config)
                 baseline = self.baseline(config, run)
                 score = self.score(run, baseline, self.random(config.env_name), False, "short")
                 outcome.env_scores.append(score)
-                self.add_time("short", time.perf_counter() - start)
                 threshold = float(settings.get("short_run_threshold", 0.25))
                 if score.normalised is None:
                     self.warnings.append(
@@ -357,7 +360,6 @@ class Job:
 
             # stage 4: full run on every environment of the suite
             self.announce("full")
-            start = time.perf_counter()
             envs = [(env, False) for env in self.suite.envs]
             if settings.get("heldout", True):
                 envs += [(env, True) for env in self.suite.heldout]
@@ -369,7 +371,6 @@ class Job:
                 run = self.train(function, config)
                 baseline = self.baseline(config, run)
                 outcome.env_scores.append(self.score(run, baseline, self.random(env), heldout, "full"))
-            self.add_time("full", time.perf_counter() - start)
             full = [s for s in outcome.env_scores if s.stage == "full"]
             train_scores = [s.normalised for s in full if not s.heldout and s.normalised is not None]
             held_scores = [s.normalised for s in full if s.heldout and s.normalised is not None]
@@ -394,6 +395,7 @@ class Job:
             outcome.passed = False
             outcome.stage = self.stage
             outcome.reason = describe_exception(error, f"running stage {self.stage}")
+        self.announce(None)
         outcome.warnings = self.warnings
         outcome.timings = self.timings
         return outcome.to_dict()
@@ -408,6 +410,7 @@ class Job:
             data = run.to_dict()
             data["random_mean"] = self.random(env)
             runs[env] = data
+        self.announce(None)
         return {"baselines": runs, "timings": self.timings}
 
 
@@ -437,6 +440,35 @@ def introspect() -> dict:
     }
 
 
+# The training stack (gymnax pulls in matplotlib, seaborn and scipy: ~1.6 s of the ~3 s import)
+# is imported after `ready`, one module at a time, for as long as no job is waiting. A spare
+# worker that waits long enough is fully warm; a job that arrives early starts at once and
+# imports only what it uses (most failing candidates never reach training).
+PRELOAD = (
+    "optax",
+    "flax.linen",
+    "gymnax",
+    "metarl.evaluators.environments",
+    "metarl.evaluators.ppo",
+    "metarl.evaluators.training",
+    "metarl.evaluators.scoring",
+    "metarl.evaluators.baseline_cache",
+)
+
+
+def preload_until_job() -> float:
+    import importlib
+    import select
+
+    start = time.perf_counter()
+    for module in PRELOAD:
+        waiting, _, _ = select.select([sys.stdin], [], [], 0)
+        if waiting:
+            break
+        importlib.import_module(module)
+    return time.perf_counter() - start
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m metarl.evaluators.worker")
     parser.add_argument("--result-fd", type=int, required=True)
@@ -462,10 +494,6 @@ def main(argv: list[str] | None = None) -> None:
     import jax
     import jax.numpy as jnp
 
-    import metarl.evaluators.baseline_cache  # noqa: F401
-    import metarl.evaluators.ppo  # noqa: F401
-    import metarl.evaluators.scoring  # noqa: F401
-    import metarl.evaluators.training  # noqa: F401
     import metarl.tasks  # noqa: F401
     import metarl.tasks.probing  # noqa: F401
 
@@ -481,12 +509,14 @@ def main(argv: list[str] | None = None) -> None:
         network=network,
         limits=limits,
     )
+    preload_s = preload_until_job()
 
     line = sys.stdin.buffer.readline()
     if not line.strip():
         os._exit(0)  # the pool was closed: nothing to do
     sys.stdin.close()
     job = json.loads(line)
+    job_start = time.perf_counter()
 
     try:
         if job.get("kind") == "introspect":
@@ -495,6 +525,8 @@ def main(argv: list[str] | None = None) -> None:
             payload = Job(job, channel).baselines()
         else:
             payload = Job(job, channel).evaluate()
+            payload.setdefault("timings", {})["preload"] = preload_s
+            payload["timings"]["worker_job"] = time.perf_counter() - job_start
         channel.send("result", kind=job.get("kind", "evaluate"), payload=payload, network=network)
     except BaseException as error:  # noqa: BLE001 - an evaluator error, not the candidate's
         import traceback

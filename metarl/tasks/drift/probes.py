@@ -84,8 +84,9 @@ def probes(drift: Callable, rng_seed: int) -> ProbeReport:
         values2 = check_array(out2, "drift's result", grid, context=f" for ratio of shape {grid}")
         if not np.allclose(values2.ravel(), state["values"], rtol=1e-4, atol=1e-5, equal_nan=True):
             raise ProbeFailure(
-                "drift gives different values for the same (ratio, advantage) pairs when the "
-                "inputs are reshaped: it must be elementwise (no reductions over the batch)"
+                "drift is not elementwise: it gives different values for the same (ratio, "
+                "advantage) pairs when the inputs are reshaped to 2-D (no reductions over the "
+                "batch, no dependence on positions or shapes)"
             )
 
     def finite(warnings):
@@ -134,8 +135,8 @@ def probes(drift: Callable, rng_seed: int) -> ProbeReport:
         values = check_array(out, "drift's result under jax.vmap", grid)
         if not np.allclose(values.ravel(), state["values"], rtol=1e-4, atol=1e-5, equal_nan=True):
             raise ProbeFailure(
-                "drift gives different values under jax.vmap than without it; it must be "
-                "elementwise (no reductions over the batch)"
+                "drift is not elementwise: it gives different values under jax.vmap than "
+                "without it (no reductions over the batch)"
             )
 
     def gradient(warnings):

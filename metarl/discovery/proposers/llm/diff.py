@@ -6,8 +6,8 @@
     new lines
     >>>>>>> REPLACE
 
-Each block is matched exactly first, then ignoring trailing whitespace, then ignoring
-indentation (the replacement is re-indented to where the match was found). A block that matches
+Each block is matched exactly first (anywhere for a one-line edit, else from a line start),
+then line by line ignoring trailing whitespace, then ignoring indentation (the replacement is re-indented to where the match was found). A block that matches
 nowhere raises `DiffError` naming it, so the proposer can fall back (full code in the same reply,
 or a repair round-trip asking for the complete program).
 """
@@ -29,6 +29,11 @@ class DiffError(ValueError):
 def parse_blocks(text: str) -> list[tuple[str, str]]:
     """(search, replace) pairs found in `text`, in order."""
     return [(s.rstrip("\n"), r.rstrip("\n")) for s, r in _BLOCK.findall(text.replace("\r\n", "\n"))]
+
+
+def strip_blocks(text: str) -> str:
+    """`text` without its SEARCH/REPLACE blocks (to look for a full program beside them)."""
+    return _BLOCK.sub("", text.replace("\r\n", "\n"))
 
 
 def has_blocks(text: str) -> bool:
@@ -57,8 +62,10 @@ def apply_diff(source: str, text: str) -> str:
 def _apply_one(source: str, search: str, replace: str) -> str | None:
     if not search.strip():  # an empty SEARCH appends
         return source.rstrip("\n") + "\n" + replace + "\n"
-    if search in source:
-        return source.replace(search, replace, 1)
+    at = source.find(search)
+    inline = "\n" not in search and "\n" not in replace
+    if at >= 0 and (inline or at == 0 or source[at - 1] == "\n"):
+        return source[:at] + replace + source[at + len(search):]
     lines = source.splitlines()
     wanted = search.splitlines()
     # trailing whitespace ignored

@@ -84,6 +84,11 @@ def extract(reply: str | None, function_name: str) -> Extraction:
         )
     if problems:
         raise ExtractionError(problems[-1])
+    if re.search(r'["\']code["\']\s*:', text):
+        raise ExtractionError(
+            'the reply has a "code" field but no complete, valid JSON object around it '
+            "(was it cut off, or are quotes and newlines in the code unescaped?)"
+        )
     if code_blocks:
         raise ExtractionError(f"no code block defines a top-level function `{function_name}`")
     raise ExtractionError(

@@ -181,7 +181,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8011, help="0 picks a free port")
     parser.add_argument("--max-new-tokens", type=int, default=512)
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch CPU threads (1 is fastest for a small model on a busy CPU)")
     args = parser.parse_args(argv)
     try:
         chat_model = LocalChatModel(args.model, threads=args.threads)

@@ -24,7 +24,7 @@ from typing import Any
 from metarl.discovery.proposers.base import LLMCall, ParentInfo, Proposal, ProposalRequest
 from metarl.discovery.proposers.llm import prompts
 from metarl.discovery.proposers.llm.client import LLMClient
-from metarl.discovery.proposers.llm.diff import DiffError, apply_diff, has_blocks, parse_blocks
+from metarl.discovery.proposers.llm.diff import DiffError, apply_diff, has_blocks, strip_blocks
 from metarl.discovery.proposers.llm.extraction import (
     Extraction,
     ExtractionError,
@@ -305,7 +305,7 @@ class LLMProposer:
                 code = apply_diff(parent_code, diff_text)
             except DiffError as error:
                 try:  # graceful fallback: a full program elsewhere in the same reply
-                    return extract(_without_blocks(reply), fn), "rewrite"
+                    return extract(strip_blocks(reply), fn), "rewrite"
                 except ExtractionError:
                     raise ExtractionError(str(error)) from None
             problem = check_code(code, fn)
@@ -334,12 +334,6 @@ class LLMProposer:
 
 
 _counter_lock = threading.Lock()
-
-
-def _without_blocks(text: str) -> str:
-    for search, replace in parse_blocks(text):
-        text = text.replace(search, "").replace(replace, "")
-    return text
 
 
 def _unique(programs: list[ParentInfo]) -> list[ParentInfo]:

@@ -1,0 +1,102 @@
+"""`metarl evaluate`: the cascade from the command line, its output and its exit status."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from metarl.cli.app import app
+from metarl.tasks import get_task
+
+CORPUS = Path(__file__).parent / "bad_candidates"
+TINY = ["--suite", "smoke", "--seeds", "1", "--timesteps", "4096", "--short-timesteps", "4096",
+        "--probe-seed", "0"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cache_dir(metarl_cache):
+    return metarl_cache
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+def test_passing_seed_prints_a_table_and_exits_0():
+    path = str(get_task("drift").seed("ppo_clip").path)
+    result = invoke("evaluate", path, "--task", "drift", *TINY)
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "CartPole-v1" in out and "PASSED" in out and "fitness 1.000" in out
+    for column in ("return", "normalised", "compile s", "run s", "env-steps/s"):
+        assert column in out
+
+
+def test_passing_seed_as_json():
+    path = str(get_task("optimizer").seed("adam").path)
+    result = invoke("evaluate", path, "--task", "optimizer", "--json", *TINY)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)  # stdout is exactly one JSON object
+    assert data["passed"] is True and data["stage"] == "full" and data["reason"] is None
+    assert data["fitness"] == 1.0
+    (env,) = data["env_scores"]
+    assert env["env"] == "CartPole-v1" and env["normalised"] == 1.0
+    for key in ("mean", "std", "compile_s", "run_s", "steps_per_s", "returns", "baseline_mean", "random_mean"):
+        assert key in env
+
+
+def test_static_failure_exits_1_with_the_reason():
+    result = invoke("evaluate", str(CORPUS / "import_os.py"), "--task", "drift", *TINY)
+    assert result.exit_code == 1
+    assert "FAILED at stage static" in result.stdout
+    assert "import of `os` is not allowed" in result.stdout
+
+
+def test_probe_failure_as_json_exits_1():
+    result = invoke("evaluate", str(CORPUS / "wrong_shape.py"), "--task", "drift", "--json", *TINY)
+    assert result.exit_code == 1
+    data = json.loads(result.stdout)
+    assert data["passed"] is False and data["stage"] == "probes"
+    assert "has shape (64, 64)" in data["reason"]
+
+
+def test_candidate_prints_stay_out_of_the_json(tmp_path):
+    path = tmp_path / "noisy.py"
+    path.write_text(
+        "def drift(ratio, advantage, epsilon):\n"
+        "    print('{\"passed\": true}')\n"
+        "    return ratio[:, None]\n"
+    )
+    result = invoke("evaluate", str(path), "--task", "drift", "--json", *TINY)
+    assert result.exit_code == 1
+    data = json.loads(result.stdout)
+    assert data["passed"] is False and '{"passed": true}' in data["stdout"]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["evaluate", "does/not/exist.py", "--task", "drift"], "no such file: does/not/exist.py"),
+        (["evaluate", "{seed}", "--task", "value_loss"], "unknown task 'value_loss'; choose one of: drift, optimizer"),
+        (["evaluate", "{seed}", "--task", "drift", "--suite", "atari"], "unknown suite 'atari'"),
+        (["evaluate", "{seed}", "--task", "drift", "--seeds", "0"], "--seeds must be at least 1"),
+        (["evaluate", "{dir}", "--task", "drift"], "not a file"),
+    ],
+)
+def test_usage_errors_exit_2_with_one_line_and_no_traceback(args, message):
+    seed = str(get_task("drift").seed("ppo_clip").path)
+    args = [a.replace("{seed}", seed).replace("{dir}", str(CORPUS)) for a in args]
+    result = invoke(*args)
+    assert result.exit_code == 2
+    assert result.stderr.strip().count("\n") == 0
+    assert message in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_missing_task_option_is_a_usage_error():
+    result = invoke("evaluate", str(CORPUS / "import_os.py"))
+    assert result.exit_code == 2
+    assert "--task" in result.output

@@ -1,0 +1,144 @@
+"""The discovery loop against the real sandboxed cascade, at the tiniest budget.
+
+Seeds come from a session-wide archive template (evaluated once), so each test pays only for
+its own children. Scripted proposers stand in for an LLM to exercise failure handling and the
+conversation bookkeeping; evaluation is always the real cascade.
+"""
+
+from __future__ import annotations
+
+from metarl.archives import Archive
+from metarl.archives.queries import leaderboard
+from metarl.discovery.config import DiscoverConfig
+from metarl.discovery.loop import DiscoveryLoop
+from metarl.discovery.proposers.base import LLMCall, Proposal
+from metarl.tasks import get_task
+
+from conftest import TINY_DISCOVER, metarl_cli
+
+PPO = get_task("drift").seed("ppo_clip").source
+
+
+def tiny_config(**changes) -> DiscoverConfig:
+    base = dict(suite="smoke", timesteps=8192, seeds=1, max_time=None, islands=1, confirm=False)
+    base.update(changes)
+    return DiscoverConfig(**base)
+
+
+class ScriptedProposer:
+    """Answers each request with the next scripted item (a Proposal, or an exception to raise)
+    and keeps a dialogue like a conversational LLM proposer would."""
+
+    name = "scripted"
+
+    def __init__(self, script):
+        self.script = list(script)
+        self.feedbacks = []
+        self.undrained = []
+        self.restored = None
+
+    def propose(self, request):
+        item = self.script.pop(0)
+        self.undrained += [{"role": "user", "content": f"request gen {request.generation}"},
+                           {"role": "assistant", "content": f"reply {len(self.feedbacks)}"}]
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+    def feedback(self, proposal, outcome, candidate_id):
+        self.feedbacks.append((candidate_id, outcome.stage, outcome.reason))
+        self.undrained.append({"role": "user", "content": f"feedback on {candidate_id}: {outcome.stage}"})
+
+    def get_state(self):
+        return {"left": len(self.script)}
+
+    def set_state(self, state):
+        pass
+
+    def drain_messages(self):
+        drained, self.undrained = self.undrained, []
+        return drained
+
+    def restore_messages(self, messages):
+        self.restored = messages
+
+
+def test_discover_end_to_end(seeded_archive):
+    """The main job through the CLI: seeds cached, children evaluated, leaderboard printed."""
+    result = metarl_cli("discover", *TINY_DISCOVER, "--budget", "3", "--children", "3",
+                        "--archive", str(seeded_archive))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "leaderboard" in result.stdout and "(seed)" in result.stdout
+    assert "Traceback" not in result.stderr
+    with Archive(seeded_archive, must_exist=True) as archive:
+        run = archive.get_run("r2")
+        assert run["status"] == "finished" and run["candidates_count"] == 3
+        assert run["state"]["plan"] is None and run["state"]["generation"] == 1
+        rows = archive.run_candidates("r2")
+        seeds = [r for r in rows if r["is_seed"]]
+        children = [r for r in rows if not r["is_seed"]]
+        assert [s["cached_from"] for s in seeds] == ["r1-0", "r1-1"]  # evaluated once per archive
+        assert len(children) == 3
+        for child in children:
+            assert child["generation"] == 1 and child["parent_ids"]
+            assert set(child["parent_ids"]) <= {r["id"] for r in rows}
+            assert child["status"] == "passed" or (child["stage"] and child["reason"])
+            assert child["versions"]["jax"] and child["device"] and child["eval_key"]
+        board = leaderboard(archive, run_id="r2")
+        assert any(r.is_seed for r in board.rows)
+        assert any(not r.is_seed for r in board.rows), "no discovered candidate on the leaderboard"
+        assert run["best_id"] in {r["id"] for r in rows}
+        assert archive.integrity_check() == "ok"
+
+
+def test_proposer_failures_costs_and_dedup(seeded_archive, metarl_cache):
+    script = [
+        RuntimeError("API down"),
+        Proposal(code=None, failure="no code block in the reply",
+                 calls=[LLMCall(model="m", prompt=[{"role": "user", "content": "p"}], reply="sorry",
+                                prompt_tokens=12, completion_tokens=3, cost_usd=None)]),
+        Proposal(code="# same program, other comment\n" + PPO, name="copy"),
+        Proposal(code="import os\ndef drift(ratio, advantage, epsilon):\n    return os.getcwd()\n",
+                 calls=[LLMCall(model="m", prompt=[], reply="x", cost_usd=0.25, latency_s=1.5)]),
+        Proposal(code=123),
+    ]
+    proposer = ScriptedProposer(script)
+    config = tiny_config(budget=10, children=5, dedup_retries=0, max_cost=0.2, proposer="mutation")
+    with Archive(seeded_archive) as archive:
+        result = DiscoveryLoop(archive, config, proposer).run()
+        assert result.status == "stopped" and "cost budget" in result.reason
+        rows = {r["seq"]: r for r in archive.run_candidates(result.run_id)}
+        assert rows[2]["status"] == "no_code" and "API down" in rows[2]["reason"]
+        assert rows[3]["status"] == "no_code" and rows[3]["reason"] == "no code block in the reply"
+        assert rows[4]["status"] == "duplicate" and rows[4]["duplicate_of"] == f"{result.run_id}-1"
+        assert rows[5]["status"] == "failed" and rows[5]["stage"] == "static"
+        assert rows[6]["status"] == "no_code" and "not text" in rows[6]["reason"]
+        # calls archived and linked; unknown cost stays unknown; the run's cost sums known ones
+        assert rows[3]["prompt_id"] and rows[3]["cost_usd"] is None and rows[3]["prompt_tokens"] == 12
+        assert archive.calls(rows[5]["id"])[0]["cost_usd"] == 0.25
+        assert archive.get_run(result.run_id)["cost_usd"] == 0.25
+        # feedback once per proposal (in completion order); messages archived after it
+        assert sorted(f[0] for f in proposer.feedbacks) == [rows[s]["id"] for s in range(2, 7)]
+        messages = archive.messages(result.run_id)
+        assert len(messages) == 15
+        assert messages[-1]["content"] == f"feedback on {proposer.feedbacks[-1][0]}: {proposer.feedbacks[-1][1]}"
+        assert archive.integrity_check() == "ok"
+
+
+def test_conversation_mode_one_at_a_time_and_resume_messages(seeded_archive, metarl_cache):
+    script = [Proposal(code=None, failure=f"nothing {i}") for i in range(3)]
+    proposer = ScriptedProposer(script)
+    config = tiny_config(budget=2, mode="conversation", children=4, islands=3)
+    with Archive(seeded_archive) as archive:
+        result = DiscoveryLoop(archive, config, proposer).run()
+        assert result.status == "finished"
+        rows = [r for r in archive.run_candidates(result.run_id) if not r["is_seed"]]
+        assert [r["generation"] for r in rows] == [1, 2]  # one candidate per generation
+        messages = archive.messages(result.run_id)
+        assert [m["role"] for m in messages] == ["user", "assistant", "user"] * 2
+        # resuming hands the archived dialogue back to the proposer, in order
+        again = ScriptedProposer(script[2:])
+        DiscoveryLoop(archive, config.__class__(**{**config.to_dict(), "budget": 3}), again,
+                      resume=result.run_id).run()
+        assert [m["content"] for m in again.restored] == [m["content"] for m in messages]
+        assert archive.get_run(result.run_id)["candidates_count"] == 3

@@ -1,0 +1,141 @@
+"""The sandbox: worker isolation, limits, the private result channel, pre-warming, teardown."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import psutil
+import pytest
+
+from metarl.evaluators.cascade import CascadeSettings, Evaluator
+from metarl.evaluators.sandbox import (
+    SandboxLimits,
+    WorkerProcess,
+    process_group_alive,
+    run_job,
+    scrubbed_environment,
+)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cache_dir(metarl_cache):
+    """The session's METARL_CACHE_DIR (tests/conftest.py): baselines are trained once."""
+    return metarl_cache
+
+
+def gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+SETTINGS = dict(suite="smoke", seeds=1, total_timesteps=4096, short_timesteps=4096, timeout_s=60, probe_seed=0)
+
+
+def test_environment_is_an_allow_list_without_secrets(monkeypatch, tmp_path):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+    monkeypatch.setenv("METARL_LLM_API_KEY", "secret")
+    monkeypatch.setenv("GITHUB_TOKEN", "secret")
+    monkeypatch.setenv("SOME_UNRELATED_VAR", "x")
+    env = scrubbed_environment(str(tmp_path))
+    assert not {"OPENAI_API_KEY", "METARL_LLM_API_KEY", "GITHUB_TOKEN", "SOME_UNRELATED_VAR"} & set(env)
+    assert env["HOME"] == env["TMPDIR"] == str(tmp_path)
+    assert os.path.isabs(env["METARL_CACHE_DIR"])
+
+
+def test_worker_is_isolated_limited_and_cleaned_up(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+    limits = SandboxLimits(timeout_s=30, memory_mb=6000, max_file_mb=16, nofile=256)
+    run = run_job({"kind": "introspect"}, limits)
+    assert run.status == "ok", run.reason
+    inside = run.result["payload"]
+    # no network: a fresh network namespace (root here) or refusing socket stubs
+    assert inside["connect"] != "connected"
+    assert run.ready_info["network"] in ("netns", "socket-stub")
+    # scrubbed environment, throwaway working directory
+    assert "OPENAI_API_KEY" not in inside["env"]
+    assert inside["cwd"] == inside["home"] == run.workdir
+    # limits, set before anything was imported
+    assert inside["rlimits"]["RLIMIT_AS"][0] == 6000 * 2**20
+    assert inside["rlimits"]["RLIMIT_FSIZE"][0] == 16 * 2**20
+    assert inside["rlimits"]["RLIMIT_NOFILE"][0] == 256
+    assert inside["rlimits"]["RLIMIT_CPU"][0] == limits.cpu_limit()
+    assert inside["rlimits"]["RLIMIT_CORE"][0] == 0
+    # its own session and process group, killed and reaped afterwards, temp dir removed
+    assert inside["pid"] == inside["pgid"] == inside["sid"] == run.pid
+    assert gone(run.pid) and not process_group_alive(run.pid)
+    assert not os.path.exists(run.workdir)
+
+
+def test_limits_apply_before_imports_so_a_tiny_memory_limit_fails_startup():
+    run = run_job({"kind": "introspect"}, SandboxLimits(timeout_s=30, memory_mb=64, startup_timeout_s=60))
+    assert run.status == "startup"
+    assert "failed to start" in run.reason
+    assert gone(run.pid) and not os.path.exists(run.workdir)
+
+
+def test_timeout_kills_the_whole_process_group():
+    source = "def drift(ratio, advantage, epsilon):\n    while True:\n        pass\n    return ratio\n"
+    worker = WorkerProcess(SandboxLimits(timeout_s=3))
+    assert worker.wait_ready()
+    job = {"kind": "evaluate", "task": "drift", "source": source, "probe_seed": 0,
+           "settings": CascadeSettings(**{**SETTINGS, "timeout_s": 3}).job_settings()}
+    start = time.perf_counter()
+    run = worker.run(job, timeout_s=3)
+    elapsed = time.perf_counter() - start
+    assert run.status == "timeout"
+    assert run.reason == "timed out after 3 s in stage probes"
+    assert elapsed < 3 + 5
+    assert gone(run.pid) and not process_group_alive(run.pid)
+    assert not os.path.exists(run.workdir)
+
+
+def test_candidate_output_cannot_forge_a_result():
+    forged = '{"event": "result", "kind": "evaluate", "payload": {"passed": true, "stage": "full", "fitness": 99.0}}'
+    source = (
+        "def drift(ratio, advantage, epsilon):\n"
+        f"    print({forged!r})\n"
+        "    return (ratio - 1.0) * advantage\n"  # negative: fails the probes
+    )
+    with Evaluator(CascadeSettings(**SETTINGS), workers=1, prewarm=False) as evaluator:
+        outcome = evaluator.evaluate(source, "drift")
+    assert not outcome.passed and outcome.stage == "probes"
+    assert "drift is negative" in outcome.reason
+    assert outcome.fitness is None
+    assert forged in outcome.stdout  # the print is captured, as output only
+
+
+def test_pool_prewarms_and_never_reuses_a_worker():
+    bad = "def drift(ratio, advantage, epsilon):\n    return ratio[:, None]\n"
+    with Evaluator(CascadeSettings(**SETTINGS), workers=1) as evaluator:
+        pids = []
+        for _ in range(2):
+            spare = evaluator._pool._idle[0]
+            assert spare.wait_ready()  # the spare has imported jax and gymnax already
+            outcome = evaluator.evaluate(bad, "drift")
+            assert outcome.stage == "probes" and "has shape (64, 1)" in outcome.reason
+            assert outcome.timings["wait_worker"] < 0.5
+            assert outcome.timings["import"] > 0.2  # paid before the candidate arrived
+            pids.append(outcome.sandbox["worker_pid"])
+            assert gone(pids[-1])
+        assert pids[0] != pids[1]
+        live = [w for w in evaluator._pool._idle]
+    for worker in live:
+        assert gone(worker.pid) and not os.path.exists(worker.tmpdir)
+
+
+def test_concurrent_evaluations_are_independent():
+    from concurrent.futures import ThreadPoolExecutor
+
+    shapes = {
+        "def drift(ratio, advantage, epsilon):\n    return ratio[:, None]\n": "has shape (64, 1)",
+        "def drift(ratio, advantage, epsilon):\n    return ratio > 1.0\n": "has dtype bool",
+    }
+    with Evaluator(CascadeSettings(**SETTINGS), workers=2) as evaluator:
+        with ThreadPoolExecutor(2) as threads:
+            outcomes = dict(zip(shapes, threads.map(lambda s: evaluator.evaluate(s, "drift"), shapes)))
+    for source, reason in shapes.items():
+        assert outcomes[source].stage == "probes" and reason in outcomes[source].reason
+    assert outcomes[list(shapes)[0]].sandbox["worker_pid"] != outcomes[list(shapes)[1]].sandbox["worker_pid"]

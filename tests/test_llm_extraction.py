@@ -47,6 +47,11 @@ CORPUS: list[tuple[str, str, str | None]] = [
     ("json prose with braces before", "The drift {as in LPO} must be >= 0. Reply:\n" + json.dumps({"thought": "t", "name": "q", "code": BODY}), MARK),
     ("fenced json containing code then prose", "Sure.\n```json\n" + json.dumps({"thought": "t", "name": "q", "code": BODY}) + "\n```\nHope it helps!", MARK),
     ("json missing closing brace at end but fenced code inside", '{"thought": "t", "name": "q", "code": "x"\n```python\n' + BODY + "```", MARK),
+    ("pseudo-json with python triple quotes", '{"thought": "t", "name": "q", "code": """' + BODY + '"""}', MARK),
+    ("tilde fence", "Here:\n~~~python\n" + BODY + "~~~\n", MARK),
+    ("json with unescaped quotes in code", '{"thought": "t", "name": "q", "code": "' + BODY.replace("    excess", '    # the "trust region" excess\n    excess') + '"}', MARK),
+    ("fenced Python capitalised", "```Python\n" + BODY + "```", MARK),
+    ("json then trailing chatter with braces", json.dumps({"thought": "t", "name": "q", "code": BODY}) + "\nNote: {ratio} is > 0.", MARK),
     # replies that must fail (the proposer asks for a repair)
     ("empty reply", "", None),
     ("whitespace reply", "   \n  ", None),

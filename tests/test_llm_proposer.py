@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from llm_server import CLEAN_DRIFT, Reply, ScriptedLLMServer
+from llm_server import Reply, ScriptedLLMServer
 from metarl.discovery.proposers.base import ParentInfo, ProposalRequest
 from metarl.discovery.proposers.llm import LLMConfigError, build_llm_proposer
 from metarl.evaluators.outcome import EnvScore, Outcome
@@ -269,3 +269,10 @@ def test_conversation_duplicate_is_told_on_repropose():
         p.propose(request(seed=0))
         p.propose(request(seed=1))  # the loop re-asks: the first program was a duplicate
         assert "not evaluated" in server.requests[-1]["messages"][-1]["content"]
+
+
+def test_fresh_program_without_parents(server):
+    result = proposer(server).propose(request(parents=(), best=OTHER))
+    assert result.operator == "fresh" and result.code and result.parent_ids == []
+    user = server.requests[0]["messages"][1]["content"]
+    assert "Best program so far: `lpo`" in user and "Write a new `drift`" in user

@@ -64,6 +64,9 @@ class CascadeSettings:
     probe_seed: int | None = None  # None: fresh random probe inputs for every evaluation
     cpu_s: float | None = None  # RLIMIT_CPU of the worker; None: timeout_s * cores + 60
     max_file_mb: int = 64  # RLIMIT_FSIZE: the most output (stdout/stderr) a candidate may write
+    # only these environments of the suite (training envs in this order, held-out envs only
+    # when listed); None: the whole suite. For benchmarks and debugging, not for selection.
+    envs: list[str] | None = None
 
     def limits(self) -> SandboxLimits:
         return SandboxLimits(
@@ -86,7 +89,14 @@ def _resolve_task(task):
 def _validate(settings: CascadeSettings) -> None:
     from metarl.evaluators.suites import get_suite
 
-    get_suite(settings.suite)  # UnknownSuite, a KeyError with a readable message
+    suite = get_suite(settings.suite)  # UnknownSuite, a KeyError with a readable message
+    if settings.envs is not None:
+        unknown = [e for e in settings.envs if e not in suite.envs + suite.heldout]
+        if unknown or not [e for e in settings.envs if e in suite.envs]:
+            raise ValueError(
+                f"envs {settings.envs} must include a training env of suite {suite.name!r} "
+                f"({', '.join(suite.envs)}) and only its envs (held-out: {', '.join(suite.heldout) or 'none'})"
+            )
     if int(settings.seeds) < 1:
         raise ValueError("seeds must be at least 1")
 

@@ -7,11 +7,14 @@ Design (measured on a 2-core CPU: importing jax+gymnax+metarl costs ~3 s, compil
   create). It runs exactly one job and is then killed: no candidate can leave state (patched
   modules, caches, threads, memory) that another candidate's score would see. `fork` after
   importing jax is unsafe (XLA's threads), so workers are spawned, never forked.
-- **Pre-warmed.** A worker imports jax, gymnax and metarl and initialises the XLA backend
-  *before* it receives its job, then reports `ready`. The pool keeps `spares` such workers
-  ready and starts a replacement as soon as one is taken, so the next candidate's import overlaps
-  the current candidate's run. The visible per-candidate overhead is then the job hand-off and
-  the teardown (kill + temp-dir removal), not the ~3 s import.
+- **Pre-warmed.** A worker imports jax and metarl and initialises the XLA backend *before* it
+  receives its job, then reports `ready`; while no job is waiting it goes on importing the
+  training stack (gymnax, flax, the trainer: ~2 s more), module by module, so a job that
+  arrives early starts at once and a candidate that fails its probes never pays for gymnax.
+  The pool keeps `spares` such workers and starts a replacement as soon as one is taken, so the
+  next candidate's import overlaps the current candidate's run. The visible per-candidate
+  overhead is then the job hand-off and the teardown (kill + temp-dir removal), not the ~3 s
+  import. A worker whose parent dies (or closes its stdin) removes its temp dir and exits.
 - **Result channel.** Results travel as JSON lines on a private pipe whose write end is passed
   to the worker with `pass_fds`; the candidate's stdout/stderr go to files in the worker's temp
   dir and come back truncated (Outcome.stdout). Nothing a candidate prints can be read as a
@@ -34,7 +37,9 @@ Design (measured on a 2-core CPU: importing jax+gymnax+metarl costs ~3 s, compil
   TMPDIR), removed after the job. The environment is an allow-list (PATH, PYTHONPATH, locale,
   XLA/JAX/CUDA settings, METARL_CACHE_DIR) with anything named like *KEY*, *TOKEN*, *SECRET*,
   *PASSWORD*, *CREDENTIAL* removed. The only directory outside the temp dir a worker writes is
-  the baseline cache (trusted code, METARL_CACHE_DIR).
+  the baseline cache (trusted code, METARL_CACHE_DIR). On a GPU, workers start with
+  XLA_PYTHON_CLIENT_PREALLOCATE=false so that a spare initialising its backend does not take
+  the memory of the worker that is training.
 """
 
 from __future__ import annotations
@@ -110,6 +115,9 @@ def scrubbed_environment(tmpdir: str) -> dict:
         PYTHONUNBUFFERED="1",
         PYTHONNOUSERSITE="1",
         TF_CPP_MIN_LOG_LEVEL=env.get("TF_CPP_MIN_LOG_LEVEL", "2"),
+        # a pre-warmed spare initialises the backend while another worker trains: on a GPU it
+        # must not grab 75% of the device's memory up front (XLA's default)
+        XLA_PYTHON_CLIENT_PREALLOCATE=env.get("XLA_PYTHON_CLIENT_PREALLOCATE", "false"),
     )
     return env
 
@@ -302,12 +310,12 @@ class WorkerProcess:
             pid=self.pid,
         )
         stage = job.get("first_stage", "probes")
+        started = time.perf_counter()
         try:
             self.proc.stdin.write((json.dumps(job) + "\n").encode())
             self.proc.stdin.close()
         except (BrokenPipeError, OSError):
             pass
-        started = time.perf_counter()
         deadline = started + timeout_s
         next_memory_check = started
         final = None

@@ -104,6 +104,16 @@ def cuda_present() -> bool:
     return False
 
 
+def abandon(code: int) -> None:
+    """Exit without the parent: remove our own temp dir (the parent would have), then go."""
+    import shutil
+
+    workdir = os.getcwd()
+    if os.path.basename(workdir).startswith("metarl-sandbox-"):
+        shutil.rmtree(workdir, ignore_errors=True)
+    os._exit(code)
+
+
 def watch_parent() -> None:
     """Exit when the parent dies (we get re-parented), so no orphan keeps training."""
     parent = os.getppid()
@@ -112,7 +122,7 @@ def watch_parent() -> None:
         while True:
             time.sleep(1.0)
             if os.getppid() != parent:
-                os._exit(3)
+                abandon(3)
 
     threading.Thread(target=loop, daemon=True, name="metarl-parent-watch").start()
 
@@ -207,6 +217,9 @@ class Job:
         self.task = get_task(job["task"])
         self.suite = get_suite(self.settings["suite"])
         self.seeds = list(range(int(self.settings["seeds"])))
+        chosen = self.settings.get("envs")
+        self.envs = [e for e in (chosen or self.suite.envs) if e in self.suite.envs]
+        self.heldout_envs = [e for e in self.suite.heldout if chosen is None or e in chosen]
         self.timings: dict[str, float] = {}
         self.warnings: list[str] = []
         self.stage = "probes"
@@ -231,7 +244,7 @@ class Job:
         return self.suite.config(env, self.settings.get("total_timesteps"))
 
     def short_config(self):
-        env = self.suite.envs[0]
+        env = self.envs[0]
         full = self.full_config(env)
         short = self.settings.get("short_timesteps") or self.suite.short_budget
         return self.suite.config(env, min(int(short), full.total_timesteps))
@@ -360,9 +373,9 @@ class Job:
 
             # stage 4: full run on every environment of the suite
             self.announce("full")
-            envs = [(env, False) for env in self.suite.envs]
+            envs = [(env, False) for env in self.envs]
             if settings.get("heldout", True):
-                envs += [(env, True) for env in self.suite.heldout]
+                envs += [(env, True) for env in self.heldout_envs]
             for env, heldout in envs:
                 config = self.full_config(env)
                 if reused is not None and reused[0] == config and not heldout:
@@ -402,7 +415,7 @@ class Job:
 
     def baselines(self) -> dict:
         runs = {}
-        envs = list(self.suite.envs) + (list(self.suite.heldout) if self.settings.get("heldout", True) else [])
+        envs = self.envs + (self.heldout_envs if self.settings.get("heldout", True) else [])
         self.announce("full")
         for env in envs:
             config = self.full_config(env)
@@ -513,7 +526,7 @@ def main(argv: list[str] | None = None) -> None:
 
     line = sys.stdin.buffer.readline()
     if not line.strip():
-        os._exit(0)  # the pool was closed: nothing to do
+        abandon(0)  # the pool was closed, or the parent died: nothing to do
     sys.stdin.close()
     job = json.loads(line)
     job_start = time.perf_counter()

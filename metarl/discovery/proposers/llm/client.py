@@ -233,11 +233,8 @@ class LLMClient:
         choice = response.choices[0] if getattr(response, "choices", None) else None
         reply = (getattr(getattr(choice, "message", None), "content", None) or "") if choice else ""
         usage = getattr(response, "usage", None)
-        error = None
-        if not reply.strip():
-            error = "empty reply"
-        elif choice is not None and getattr(choice, "finish_reason", None) == "length":
-            error = None  # a cut-off reply is still a reply; extraction says what is missing
+        # a reply cut off at the token limit is still a reply: extraction says what is missing
+        error = None if reply.strip() else "empty reply"
         return LLMCall(
             model=model,
             prompt=messages,

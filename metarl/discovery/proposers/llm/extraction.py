@@ -7,8 +7,9 @@ order, first success wins:
 1. the whole reply (less any <think> block or ```json fence) as JSON, strictly then leniently
    (raw newlines in strings, trailing commas, Python-style dicts);
 2. a JSON object anywhere inside prose;
-3. fenced code blocks: the last one that defines the contracted function;
-4. a bare function in the text: the longest run of lines from `def NAME(` (with imports and
+3. the "code" value of a JSON object that does not parse (unescaped quotes in the code);
+4. fenced code blocks: the last one that defines the contracted function;
+5. a bare function in the text: the longest run of lines from `def NAME(` (with imports and
    helpers before it) that parses.
 
 The code must parse and define the contracted function at top level; otherwise extraction fails
@@ -60,6 +61,11 @@ def extract(reply: str | None, function_name: str) -> Extraction:
             continue
         thought = _as_text(obj.get("thought")) or thinking
         return Extraction(code, _trim(thought), clean_name(obj.get("name")), method)
+
+    salvaged = _salvage_code_field(text)
+    if salvaged is not None and check_code(salvaged, function_name) is None:
+        return Extraction(salvaged, _trim(_salvage_field(text, "thought") or thinking),
+                          clean_name(_salvage_field(text, "name")), "json-salvaged")
 
     blocks = [(lang.lower(), body) for lang, body in _FENCE.findall(text)]
     code_blocks = [body for lang, body in blocks if lang in _CODE_LANGS]
@@ -157,6 +163,31 @@ def _raw_decode(text: str, start: int):
 
 def _drop_trailing_commas(text: str) -> str:
     return re.sub(r",(\s*[}\]])", r"\1", text)
+
+
+def _salvage_code_field(text: str) -> str | None:
+    """The "code" value of JSON that does not parse (typically unescaped quotes inside the
+    code): from the quote after `"code":` to the quote closing the object or preceding the next
+    known key, with JSON escapes undone."""
+    start = re.search(r'["\']code["\']\s*:\s*"', text)
+    if start is None:
+        return None
+    rest = text[start.end():]
+    ends = [m.start() for m in re.finditer(r'"\s*,\s*"(?:thought|name|diff)"\s*:', rest)]
+    close = [m.start() for m in re.finditer(r'"\s*\}', rest)]
+    if ends:
+        raw = rest[: ends[0]]
+    elif close:
+        raw = rest[: close[-1]]
+    else:
+        return None
+    code = raw.replace("\\n", "\n").replace("\\t", "    ").replace('\\"', '"')
+    return _clean_code(code.replace("\\\\", "\\"))
+
+
+def _salvage_field(text: str, key: str) -> str:
+    match = re.search(rf'"{key}"\s*:\s*"((?:[^"\\]|\\.)*)"', text)
+    return match.group(1) if match else ""
 
 
 # -- code ----------------------------------------------------------------------------------

@@ -107,7 +107,7 @@ def outcome_summary(outcome: Outcome | None) -> str:
 
 
 def describe_program(info: ParentInfo, fn: str, label: str = "Program") -> str:
-    title = f"{label} `{info.name or info.id}` (id {info.id}"
+    title = f"{label}: `{info.name or info.id}` (id {info.id}"
     title += f", fitness {_num(info.fitness)})" if info.fitness is not None else ")"
     parts = [title]
     if info.thought:

@@ -288,6 +288,12 @@ class Archive:
                         "candidate_id": row["id"], "created_at": row["created_at"],
                     })
             if run_update:
+                run_update = dict(run_update)
+                if "candidates_count" in run_update:  # counted inside the transaction
+                    run_update["candidates_count"] = self.query(
+                        "SELECT count(*) AS n FROM candidates WHERE run_id = ? AND is_seed = 0",
+                        (row["run_id"],),
+                    )[0]["n"]
                 self.update_run(row["run_id"], **run_update)
 
     def record_confirmation(

@@ -225,10 +225,19 @@ def run_discovery(config, archive_path: str, resume: str | None, live: bool | No
     )
     hint = f" --archive {archive_path}" if archive_path != "metarl.db" else ""
     if result.status != "finished":
-        console.print(f"continue with: metarl resume {result.run_id}{hint}", highlight=False)
+        extra = ""
+        if "time budget" in result.reason:
+            extra = " --max-time 30m"
+        elif "cost budget" in result.reason:
+            extra = " --max-cost 5"
+        console.print(f"continue with: metarl resume {result.run_id}{extra}{hint}", highlight=False,
+                      markup=False)
+    elif result.candidates >= config.budget:
+        console.print(f"search further with: metarl resume {result.run_id} --budget "
+                      f"{config.budget * 2}{hint}", highlight=False, markup=False)
     if result.best_id:
         console.print(f"inspect: metarl show {result.best_id}{hint} · metarl lineage "
-                      f"{result.best_id}{hint}", highlight=False)
+                      f"{result.best_id}{hint}", highlight=False, markup=False)
     archive.close()
 
 
@@ -274,7 +283,7 @@ def register(app: typer.Typer) -> None:
         seed: Optional[int] = typer.Option(None, "--seed", help="RNG seed of the search. [default: 0]"),
         config_file: Optional[Path] = typer.Option(None, "--config", help="TOML file with defaults for these options."),
         resume: Optional[str] = typer.Option(None, "--resume", help="Continue run RUN exactly where it stopped."),
-        max_time: Optional[str] = typer.Option(None, "--max-time", help="Wall-time budget: 600, 10m, 1h, none. [default: 8m]"),
+        max_time: Optional[str] = typer.Option(None, "--max-time", help="Wall-time budget: 600, 10m, 1h, none. [default: 9m]"),
         max_cost: Optional[float] = typer.Option(None, "--max-cost", help="LLM cost budget in USD."),
         seeds: Optional[int] = typer.Option(None, "--seeds", help="Training seeds per evaluation. [default: 2]"),
         timesteps: Optional[int] = typer.Option(None, "--timesteps", help="Per-environment training budget; 0 = the suite's own. [default: 100000]"),

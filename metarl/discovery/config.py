@@ -40,7 +40,7 @@ class DiscoverConfig:
     proposer: str = "mutation"
     # budgets
     budget: int = 10  # children to propose (seeds are not counted)
-    max_time: float | None = 480.0  # seconds of wall time (summed over resumes); None: no limit
+    max_time: float | None = 540.0  # seconds of wall time (summed over resumes); None: no limit
     max_cost: float | None = None  # USD of LLM calls; None: no limit
     # evaluation
     workers: int = 1

@@ -349,9 +349,13 @@ class DiscoveryLoop:
     def _finish(self, status: str, reason: str, error: str | None = None) -> None:
         try:
             self.state["elapsed_s"] = self._elapsed()
+            count = self.archive.query(
+                "SELECT count(*) AS n FROM candidates WHERE run_id = ? AND is_seed = 0",
+                (self.run_id,),
+            )[0]["n"]
             self.archive.update_run(
                 self.run_id, status=status, stop_reason=reason, error=error, ended_at=_now(),
-                elapsed_s=self.state["elapsed_s"], state=self.state,
+                elapsed_s=self.state["elapsed_s"], state=self.state, candidates_count=count,
             )
         except Exception:  # the archive stays consistent; the status is best effort here
             pass

@@ -183,6 +183,7 @@ class WorkerProcess:
         self.ready_info: dict = {}
         self._buffer = b""
         self._closed = False
+        self._kill_lock = threading.Lock()
         self.pgid: int | None = None
         command = [
             python or sys.executable,
@@ -217,10 +218,13 @@ class WorkerProcess:
     def _read_messages(self, timeout: float) -> tuple[list[dict], bool]:
         """Messages that arrive within `timeout` s, and whether the channel hit EOF."""
         messages: list[dict] = []
-        ready, _, _ = select.select([self.read_fd], [], [], max(0.0, timeout))
-        if not ready:
-            return messages, False
-        chunk = os.read(self.read_fd, 1 << 16)
+        try:
+            ready, _, _ = select.select([self.read_fd], [], [], max(0.0, timeout))
+            if not ready:
+                return messages, False
+            chunk = os.read(self.read_fd, 1 << 16)
+        except (OSError, ValueError):  # closed under us (the pool is shutting down)
+            return messages, True
         if not chunk:
             return messages, True
         self._buffer += chunk
@@ -404,9 +408,13 @@ class WorkerProcess:
 
     def kill(self) -> None:
         """SIGKILL the worker's whole process group, reap it, remove its temp dir."""
-        if self._closed:
-            return
-        self._closed = True
+        with self._kill_lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._kill()
+
+    def _kill(self) -> None:
         try:
             os.killpg(self.pgid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -452,7 +460,15 @@ class WorkerPool:
         self._idle: list[WorkerProcess] = []
         self._closed = False
         self._live: "weakref.WeakSet[WorkerProcess]" = weakref.WeakSet()
-        atexit.register(self.close)
+        reference = weakref.ref(self)
+
+        def close_at_exit() -> None:
+            pool = reference()
+            if pool is not None:
+                pool.close()
+
+        self._at_exit = close_at_exit
+        atexit.register(close_at_exit)
         with self._lock:
             self._top_up()
 
@@ -483,6 +499,7 @@ class WorkerPool:
             return worker
 
     def close(self) -> None:
+        atexit.unregister(self._at_exit)
         with self._lock:
             self._closed = True
             idle, self._idle = self._idle, []

@@ -34,6 +34,11 @@ Example (PPO's clipped objective):
     def drift(ratio, advantage, epsilon):
         clipped_ratio = jnp.clip(ratio, 1.0 - epsilon, 1.0 + epsilon)
         return jax.nn.relu((ratio - clipped_ratio) * advantage)
+
+Before any training the function is checked on random inputs: it must compile under jax.jit
+and jax.vmap, return float32 with exactly ratio's shape, give finite values and finite
+gradients for ratio in [0.05, 20], be elementwise, and be >= 0 (a negative drift is rejected);
+a nonzero drift or slope at ratio == 1 is allowed but reported back as a warning.
 """
 
 

@@ -41,6 +41,12 @@ Example (Adam with eps 1e-5):
         second_hat = second / (1 - 0.999 ** step)
         update = -lr * first_hat / (jnp.sqrt(second_hat) + 1e-5)
         return update, state.at[0].set(first).at[1].set(second)
+
+Before any training the rule is checked on random inputs: it must compile under jax.jit (step,
+progress and lr are traced values, as in training) and jax.vmap, return exactly the shapes and
+dtypes above, stay finite over a dozen steps with its state fed back (state starts at zeros),
+and be elementwise: changing or permuting elements of the inputs may only change or permute the
+same elements of the outputs.
 """
 
 

@@ -66,7 +66,7 @@ def archive_path(tmp_path):
 
 def test_read_commands_render(archive_path):
     result = invoke("leaderboard", "--archive", archive_path)
-    assert result.exit_code == 0 and "ppo_clip.x" in result.stdout and "(seed)" in result.stdout
+    assert result.exit_code == 0 and "ppo_clip.x" in result.stdout and "seed" in result.stdout
     assert "bad" not in result.stdout  # failures are not ranked
     result = invoke("leaderboard", "--all", "--task", "drift", "--suite", "smoke", "--archive", archive_path, "--json")
     assert result.exit_code == 0 and json.loads(result.stdout)[0]["id"] == "r1-1"
@@ -182,3 +182,10 @@ def test_config_file_supplies_defaults(tmp_path):
 def test_resume_refuses_changed_settings(archive_path):
     assert_user_error(invoke("discover", "--resume", "r1", "--task", "optimizer", "--archive", archive_path),
                       "cannot change on resume")
+
+
+def test_resume_with_config_file_is_refused(archive_path, tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text("budget = 3\n")
+    assert_user_error(invoke("discover", "--resume", "r1", "--config", str(config), "--archive", archive_path),
+                      "cannot be combined")

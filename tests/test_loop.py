@@ -7,6 +7,8 @@ conversation bookkeeping; evaluation is always the real cascade.
 
 from __future__ import annotations
 
+import pytest
+
 from metarl.archives import Archive
 from metarl.archives.queries import leaderboard
 from metarl.discovery.config import DiscoverConfig
@@ -68,7 +70,7 @@ def test_discover_end_to_end(seeded_archive):
     result = metarl_cli("discover", *TINY_DISCOVER, "--budget", "3", "--children", "3",
                         "--archive", str(seeded_archive))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "leaderboard" in result.stdout and "(seed)" in result.stdout
+    assert "leaderboard" in result.stdout and "ppo_clip" in result.stdout and "seed" in result.stdout
     assert "Traceback" not in result.stderr
     with Archive(seeded_archive, must_exist=True) as archive:
         run = archive.get_run("r2")
@@ -142,3 +144,48 @@ def test_conversation_mode_one_at_a_time_and_resume_messages(seeded_archive, met
                       resume=result.run_id).run()
         assert [m["content"] for m in again.restored] == [m["content"] for m in messages]
         assert archive.get_run(result.run_id)["candidates_count"] == 3
+
+
+@pytest.mark.slow
+def test_concurrent_workers(seeded_archive, metarl_cache):
+    """Two evaluations at a time: every child archived once, in consistent state."""
+    config = tiny_config(budget=4, children=4, workers=2, islands=2)
+    from metarl.discovery.proposers.mutation import MutationProposer
+
+    with Archive(seeded_archive) as archive:
+        result = DiscoveryLoop(archive, config, MutationProposer()).run()
+        assert result.status == "finished" and result.candidates == 4
+        children = [r for r in archive.run_candidates(result.run_id) if not r["is_seed"]]
+        assert sorted(r["slot"] for r in children) == [0, 1, 2, 3]
+        assert all(r["status"] == "passed" or r["reason"] for r in children)
+        assert archive.integrity_check() == "ok"
+
+
+def test_two_runs_share_one_archive_concurrently(seeded_archive, metarl_cache):
+    """Two runs write the same file at the same time (separate connections): ids never collide,
+    both finish, the file stays intact. Their proposers fail without code, so nothing trains."""
+    import threading
+
+    results, errors = {}, []
+
+    def run(name):
+        try:
+            proposer = ScriptedProposer([Proposal(code=None, failure=f"{name} {i}") for i in range(6)])
+            with Archive(seeded_archive) as archive:
+                results[name] = DiscoveryLoop(archive, tiny_config(budget=6, children=2), proposer).run()
+        except Exception as error:  # surfaced below
+            errors.append(error)
+
+    threads = [threading.Thread(target=run, args=(name,)) for name in ("a", "b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert not errors, errors
+    assert {r.run_id for r in results.values()} == {"r2", "r3"}
+    with Archive(seeded_archive) as archive:
+        for result in results.values():
+            rows = archive.run_candidates(result.run_id)
+            assert len([r for r in rows if not r["is_seed"]]) == 6
+            assert archive.get_run(result.run_id)["status"] == "finished"
+        assert archive.integrity_check() == "ok"

@@ -141,3 +141,23 @@ def test_repeated_sigkills(seeded_archive, reference, metarl_cache):
     result = metarl_cli("resume", "r2", "--archive", str(seeded_archive), "--no-live")
     assert result.returncode == 0, result.stderr[-3000:]
     assert _signature(seeded_archive) == reference
+
+
+def test_ctrl_c_stops_cleanly(seeded_archive, metarl_cache):
+    """SIGINT (Ctrl-C) mid-run: exit 130, a one-line hint, run marked interrupted, file intact."""
+    proc = _start(seeded_archive)
+    deadline = time.monotonic() + 300
+    while proc.poll() is None and time.monotonic() < deadline:
+        with Archive(seeded_archive, must_exist=True) as archive:
+            if archive.query("SELECT 1 FROM runs WHERE id = 'r2' AND generation >= 0 AND state LIKE '%\"plan\": {%'"):
+                break
+        time.sleep(0.2)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out[-2000:] + err[-2000:]
+    assert "Traceback" not in err and "metarl resume r2" in err
+    with Archive(seeded_archive, must_exist=True) as archive:
+        run = archive.get_run("r2")
+        assert run["status"] == "interrupted" and archive.integrity_check() == "ok"
+        assert run["state"]["plan"] is not None  # the generation's proposals survive for resume

@@ -104,30 +104,29 @@ def fate_text(row: dict) -> Text:
 
 def leaderboard_table(board, *, show_run: bool = False) -> Table:
     table = Table(title=f"leaderboard — {board.title}", title_justify="left", header_style="bold")
-    table.add_column("#", justify="right")
-    table.add_column("candidate")
+    ids = [row.id for row in board.rows] or [""]
+    names = [row.name or "—" for row in board.rows] or [""]
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("candidate", no_wrap=True, min_width=min(12, max(map(len, ids))))
     if show_run or board.mixed:
         table.add_column("run")
     if board.mixed:
         table.add_column("task/suite")
-    table.add_column("name")
+    table.add_column("name", no_wrap=True, min_width=min(20, max(map(len, names))))
     for env in board.envs:
-        table.add_column(env, justify="right")
+        table.add_column(env, justify="right", no_wrap=True)
     table.add_column("fitness", justify="right")
     table.add_column("confirmed", justify="right")
     table.add_column("held-out", justify="right")
     table.add_column("gen", justify="right")
-    table.add_column("proposer")
+    table.add_column("proposer", overflow="ellipsis")
     for row in board.rows:
         cells = [str(row.rank), row.id]
         if show_run or board.mixed:
             cells.append(row.run_id)
         if board.mixed:
             cells.append(f"{row.task}/{row.suite}")
-        name = Text(row.name or "—", style="cyan" if row.is_seed else "bold")
-        if row.is_seed:
-            name.append(" (seed)", style="dim")
-        cells.append(name)
+        cells.append(Text(row.name or "—", style="cyan" if row.is_seed else "bold"))
         cells += [fmt(row.env_scores.get(env)) for env in board.envs]
         cells += [fmt(row.fitness), fmt(row.confirmed), fmt(row.heldout), str(row.generation),
                   row.proposer or "—"]

@@ -84,7 +84,7 @@ class Display:
         if state:
             self.state = state
             self.progress.update(
-                self.task_id, completed=state.get("planned", 0), total=state.get("budget"),
+                self.task_id, completed=state.get("done", 0), total=state.get("budget"),
                 extra=self._extra(state),
             )
         if kind == "run":
@@ -277,7 +277,7 @@ def register(app: typer.Typer) -> None:
         task: Optional[str] = typer.Option(None, "--task", help="What to discover: drift or optimizer. [default: drift]"),
         suite: Optional[str] = typer.Option(None, "--suite", help="Environment suite: smoke, classic, minatar. [default: classic]"),
         proposer: Optional[str] = typer.Option(None, "--proposer", help="mutation (offline) or llm. [default: mutation]"),
-        budget: Optional[int] = typer.Option(None, "--budget", help="Candidates to propose (seeds not counted). [default: 10]"),
+        budget: Optional[int] = typer.Option(None, "--budget", help="Candidates to propose (seeds not counted). [default: 12]"),
         archive: str = typer.Option("metarl.db", "--archive", envvar="METARL_ARCHIVE", help=ARCHIVE_HELP),
         workers: Optional[int] = typer.Option(None, "--workers", help="Concurrent evaluations. [default: 1]"),
         seed: Optional[int] = typer.Option(None, "--seed", help="RNG seed of the search. [default: 0]"),
@@ -310,6 +310,9 @@ def register(app: typer.Typer) -> None:
         }
         if max_time is not None:
             overrides["max_time"] = duration
+        if resume and config_file is not None:
+            raise user_error("--config cannot be combined with --resume: a run keeps its settings "
+                             "(change budgets with --budget, --max-time, --max-cost)")
         if resume:
             config = _resume_config(archive, resume, overrides, {
                 "task": task, "suite": suite, "proposer": proposer, "seed": seed, "seeds": seeds,

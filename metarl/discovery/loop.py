@@ -382,8 +382,14 @@ class DiscoveryLoop:
         return self._elapsed_base + (time.monotonic() - self._session_start)
 
     def _progress(self) -> dict:
+        done = 0
+        if self.run_id:
+            done = self.archive.query(
+                "SELECT count(*) AS n FROM candidates WHERE run_id = ? AND is_seed = 0", (self.run_id,)
+            )[0]["n"]
         return {
             "generation": self.state.get("generation", 0), "planned": self.state.get("planned", 0),
+            "done": done,
             "budget": self.config.budget, "elapsed_s": self._elapsed(),
             "max_time": self.config.max_time, "cost_usd": self.state.get("cost_usd", 0.0),
             "max_cost": self.config.max_cost, "incumbent": self.state.get("incumbent"),

@@ -80,7 +80,7 @@ def main() -> None:
             f"{r['run_s']:.1f}", f"{r['total_s']:.1f}", f"{r['steps_per_s']:,}",
             f"{r['final_return']:.1f}",
         )
-    Console().print(table)
+    Console(width=140).print(table)
 
 
 if __name__ == "__main__":

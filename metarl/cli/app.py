@@ -37,13 +37,7 @@ def _register() -> None:
     import importlib
 
     for module in ("evaluate", "discover", "archive"):
-        try:
-            mod = importlib.import_module(f"metarl.cli.{module}")
-        except ModuleNotFoundError as error:
-            if error.name == f"metarl.cli.{module}":
-                continue  # a command group not built yet
-            raise
-        mod.register(app)
+        importlib.import_module(f"metarl.cli.{module}").register(app)
 
 
 _register()
@@ -51,3 +45,7 @@ _register()
 
 def main() -> None:
     app()
+
+
+if __name__ == "__main__":
+    main()

@@ -20,6 +20,11 @@ from metarl.cli._shared import (
 )
 
 
+
+def fmt_cost(cost: float | None) -> str:
+    """An unknown price (a model missing from litellm's offline cost map) reads "unknown"."""
+    return "unknown" if cost is None else f"${cost:.4f}"
+
 def _open(path: str):
     from metarl.archives.store import Archive
 
@@ -166,7 +171,7 @@ def register(app: typer.Typer) -> None:
                                                  if isinstance(v, (int, float))))
         if row.get("cost_usd") is not None or row.get("prompt_tokens") is not None:
             header.add_row("LLM", f"tokens {row['prompt_tokens']}+{row['completion_tokens']} · "
-                                  f"cost ${fmt(row['cost_usd'], 4)} · latency {fmt(row['latency_s'], 1)}s")
+                                  f"cost {fmt_cost(row['cost_usd'])} · latency {fmt(row['latency_s'], 1)}s")
         if row.get("warnings"):
             header.add_row("warnings", "; ".join(row["warnings"]))
         console.print(Panel(header, title=f"[bold]{cid}", title_align="left"))
@@ -193,7 +198,7 @@ def register(app: typer.Typer) -> None:
             console.print(table)
         for i, call in enumerate(calls, 1):
             meta = (f"model {call['model']} · tokens {call['prompt_tokens']}+{call['completion_tokens']}"
-                    f" · cost ${fmt(call['cost_usd'], 4)} · latency {fmt(call['latency_s'], 1)}s")
+                    f" · cost {fmt_cost(call['cost_usd'])} · latency {fmt(call['latency_s'], 1)}s")
             if call.get("error"):
                 meta += f" · error: {call['error']}"
             limit = None if full else 1200

@@ -23,6 +23,7 @@ from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from metarl.evaluators.configs import PPOConfig
@@ -137,10 +138,13 @@ def make_train(config: PPOConfig, components: Components = Components()):
         components.make_optimizer(learning_rate_schedule(config), config),
     )
     drift = components.drift
-    num_points = min(config.num_log_points, config.num_updates)
-    updates_per_point = config.num_updates // num_points
-    # Updates that do not divide evenly run first and are not logged (early training).
-    warmup_updates = config.num_updates - num_points * updates_per_point
+    num_updates = config.num_updates
+    num_points = min(config.num_log_points, num_updates)
+    # Update u is logged into bucket u * num_points // num_updates: near-equal buckets that
+    # cover every update, accumulated in the scan carry so memory stays flat.
+    buckets = np.arange(num_updates) * num_points // num_updates
+    updates_per_bucket = np.bincount(buckets, minlength=num_points)
+    bucket_end_steps = (np.cumsum(updates_per_bucket) * config.batch_size).astype(np.int32)
 
     def loss_fn(params, batch: Batch, advantage, target):
         logits, value = network.apply(params, batch.obs)
@@ -205,7 +209,7 @@ def make_train(config: PPOConfig, components: Components = Components()):
         return jax.lax.scan(update_minibatch, (params, opt_state), minibatches)
 
     def update(runner, update_index):
-        params, opt_state, env_state, obs, episode_return, first_bad, key = runner
+        params, opt_state, env_state, obs, episode_return, first_bad, log, key = runner
         key, key_rollout, key_epochs = jax.random.split(key, 3)
 
         (params, env_state, obs, episode_return), (traj, (ret_sum, ret_count)) = jax.lax.scan(
@@ -227,18 +231,13 @@ def make_train(config: PPOConfig, components: Components = Components()):
         )
         finite = jnp.all(jnp.isfinite(total)) & _tree_all_finite(params)
         first_bad = jnp.where((first_bad < 0) & ~finite, update_index, first_bad)
-        metrics = (ret_sum.sum(), ret_count.sum(), actor.mean(), value.mean(), ent.mean())
-        return (params, opt_state, env_state, obs, episode_return, first_bad, key), metrics
-
-    def logged_chunk(runner, chunk_index):
-        first_update = warmup_updates + chunk_index * updates_per_point
-        runner, (ret_sum, ret_count, actor, value, ent) = jax.lax.scan(
-            update, runner, first_update + jnp.arange(updates_per_point)
+        bucket = update_index * num_points // num_updates
+        metrics = jnp.stack(
+            [ret_sum.sum(), ret_count.sum(), actor.mean(), value.mean(), ent.mean()]
         )
-        episodes = ret_count.sum()
-        mean_return = jnp.where(episodes > 0, ret_sum.sum() / jnp.maximum(episodes, 1), jnp.nan)
-        steps = (first_update + updates_per_point) * config.batch_size
-        return runner, (steps, mean_return, episodes, actor.mean(), value.mean(), ent.mean())
+        log = log.at[bucket].add(metrics)
+        runner = (params, opt_state, env_state, obs, episode_return, first_bad, log, key)
+        return runner, None
 
     def train(rng: jax.Array) -> TrainResult:
         rng, key_init, key_reset = jax.random.split(rng, 3)
@@ -252,19 +251,19 @@ def make_train(config: PPOConfig, components: Components = Components()):
             obs,
             jnp.zeros((config.num_envs,), jnp.float32),
             jnp.asarray(-1, jnp.int32),
+            jnp.zeros((num_points, 5), jnp.float32),
             rng,
         )
-        if warmup_updates:
-            runner, _ = jax.lax.scan(update, runner, jnp.arange(warmup_updates))
-        runner, logged = jax.lax.scan(logged_chunk, runner, jnp.arange(num_points))
-        steps, mean_return, episodes, actor, value, ent = logged
+        runner, _ = jax.lax.scan(update, runner, jnp.arange(num_updates))
+        ret_sum, episodes, actor, value, ent = runner[6].T
+        per_update = jnp.asarray(updates_per_bucket, jnp.float32)
         return TrainResult(
-            steps=steps,
-            episode_return=mean_return,
+            steps=jnp.asarray(bucket_end_steps),
+            episode_return=jnp.where(episodes > 0, ret_sum / jnp.maximum(episodes, 1), jnp.nan),
             episodes=episodes,
-            actor_loss=actor,
-            value_loss=value,
-            entropy=ent,
+            actor_loss=actor / per_update,
+            value_loss=value / per_update,
+            entropy=ent / per_update,
             first_nonfinite_update=runner[5],
         )
 

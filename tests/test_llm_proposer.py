@@ -207,7 +207,8 @@ def test_conversation_history_is_summarised_past_the_budget():
     assert "condensed record" in summary and "scale = 2.0" in summary  # the best (1.3) program
     assert "Your most recent attempt" in summary
     assert max(len(s) for s in sent) >= 4  # a real dialogue before the restart
-    assert len(sent[-1]) < max(len(s) for s in sent)
+    # the restart shrinks what is sent: some request carries fewer messages than the one before
+    assert any(len(later) < len(earlier) for earlier, later in zip(sent, sent[1:]))
 
 
 def test_conversation_resumes_from_archived_messages():

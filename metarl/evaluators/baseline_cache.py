@@ -38,6 +38,7 @@ def library_versions() -> dict:
         "jaxlib": jaxlib.__version__,
         "gymnax": getattr(gymnax, "__version__", "unknown"),
         "backend": jax.default_backend(),
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),  # optimisation flags change the last bits
     }
 
 

@@ -28,6 +28,12 @@ def metarl_cache(tmp_path_factory):
         os.environ["METARL_CACHE_DIR"] = previous
 
 
+@pytest.fixture(scope="session", autouse=True)
+def isolated_cache(metarl_cache):
+    """No test reads or writes the user's ~/.cache/metarl."""
+    return metarl_cache
+
+
 def metarl_cli(*args: str, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
     """`metarl ARGS` in a fresh process (as a user runs it)."""
     return subprocess.run(

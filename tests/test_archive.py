@@ -219,8 +219,10 @@ def test_reader_process_during_writes(tmp_path):
         conn = sqlite3.connect({str(path)!r}, timeout=0.2)
         seen = 0
         for _ in range(60):
-            c = conn.execute("SELECT count(*) FROM candidates").fetchone()[0]
-            e = conn.execute("SELECT count(*) FROM evaluations").fetchone()[0]
+            # one statement is one read snapshot (two SELECTs could straddle a commit)
+            c, e = conn.execute(
+                "SELECT (SELECT count(*) FROM candidates), (SELECT count(*) FROM evaluations)"
+            ).fetchone()
             assert e == 2 * c, (c, e)
             seen = max(seen, c)
             time.sleep(0.01)

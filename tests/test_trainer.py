@@ -141,3 +141,20 @@ def test_curve_is_downsampled_to_a_fixed_number_of_points():
     # every update is logged: 40 updates in buckets of 7,7,6,7,7,6; the last ends training
     assert [int(s) // 512 for s in out.steps] == [7, 14, 20, 27, 34, 40]
     assert int(np.asarray(out.episodes).sum()) > 0
+
+
+def test_final_return_falls_back_to_the_last_finished_episodes_when_the_tail_has_none():
+    # MountainCar's random-ish policy never reaches the flag: every episode lasts exactly 200
+    # steps. 20 updates of 16 steps: the last 10% (steps 288-320 of each env) ends no episode.
+    config = default_config(
+        "MountainCar-v0", total_timesteps=20 * 16 * 4, num_steps=16, num_log_points=20
+    )
+    run = run_training(config, Components(), seeds=[0])
+    assert run.final_returns == [-200.0]
+    assert run.curve[-1] is None  # no episode ended in the last logged bucket
+
+
+def test_final_return_is_the_mean_over_the_last_tenth_of_training(reference_run):
+    out = reference_run  # 8 updates: the tail is the last update, which is the last bucket's 2nd
+    assert np.all(np.isfinite(np.asarray(out.final_return)))
+    assert np.all(np.asarray(out.final_return) > 8.0)  # CartPole pays 1 per step, >= 9 steps

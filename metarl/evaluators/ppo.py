@@ -80,6 +80,7 @@ class TrainResult(NamedTuple):
     value_loss: jax.Array  # [num_log_points]
     entropy: jax.Array  # [num_log_points]
     first_nonfinite_update: jax.Array  # scalar int32, -1 when every update stayed finite
+    final_return: jax.Array  # scalar: see `final_return` in make_train
 
 
 def learning_rate_schedule(config: PPOConfig) -> Schedule:
@@ -145,6 +146,9 @@ def make_train(config: PPOConfig, components: Components = Components()):
     buckets = np.arange(num_updates) * num_points // num_updates
     updates_per_bucket = np.bincount(buckets, minlength=num_points)
     bucket_end_steps = (np.cumsum(updates_per_bucket) * config.batch_size).astype(np.int32)
+    # The final return is the mean return of episodes that ended in the last 10% of updates;
+    # when none did (episodes longer than that window), each env's last finished episode.
+    tail_start = num_updates - max(1, num_updates // 10)
 
     def loss_fn(params, batch: Batch, advantage, target):
         logits, value = network.apply(params, batch.obs)
@@ -164,7 +168,7 @@ def make_train(config: PPOConfig, components: Components = Components()):
         return total, (actor_loss, value_loss, ent)
 
     def env_step(carry, key):
-        params, env_state, obs, episode_return = carry
+        params, env_state, obs, episode_return, last_return = carry
         key_action, key_step = jax.random.split(key)
         logits, value = network.apply(params, obs)
         action = sample_action(key_action, logits)
@@ -183,9 +187,11 @@ def make_train(config: PPOConfig, components: Components = Components()):
         )
         episode_return = episode_return + step.reward
         finished_return = jnp.sum(jnp.where(done, episode_return, 0.0))
+        last_return = jnp.where(done, episode_return, last_return)
         episode_return = jnp.where(done, 0.0, episode_return)
         stats = (finished_return, jnp.sum(done))
-        return (params, step.state, step.obs, episode_return), (transition, stats)
+        carry = (params, step.state, step.obs, episode_return, last_return)
+        return carry, (transition, stats)
 
     def update_minibatch(carry, minibatch):
         params, opt_state = carry
@@ -209,12 +215,12 @@ def make_train(config: PPOConfig, components: Components = Components()):
         return jax.lax.scan(update_minibatch, (params, opt_state), minibatches)
 
     def update(runner, update_index):
-        params, opt_state, env_state, obs, episode_return, first_bad, log, key = runner
+        params, opt_state, env_state, obs, episodes, first_bad, log, tail, key = runner
         key, key_rollout, key_epochs = jax.random.split(key, 3)
 
-        (params, env_state, obs, episode_return), (traj, (ret_sum, ret_count)) = jax.lax.scan(
+        (params, env_state, obs, *episodes), (traj, (ret_sum, ret_count)) = jax.lax.scan(
             env_step,
-            (params, env_state, obs, episode_return),
+            (params, env_state, obs, *episodes),
             jax.random.split(key_rollout, config.num_steps),
         )
         _, last_value = network.apply(params, obs)
@@ -236,7 +242,9 @@ def make_train(config: PPOConfig, components: Components = Components()):
             [ret_sum.sum(), ret_count.sum(), actor.mean(), value.mean(), ent.mean()]
         )
         log = log.at[bucket].add(metrics)
-        runner = (params, opt_state, env_state, obs, episode_return, first_bad, log, key)
+        in_tail = update_index >= tail_start
+        tail = tail + in_tail * jnp.stack([ret_sum.sum(), ret_count.sum()])
+        runner = (params, opt_state, env_state, obs, tuple(episodes), first_bad, log, tail, key)
         return runner, None
 
     def train(rng: jax.Array) -> TrainResult:
@@ -249,13 +257,22 @@ def make_train(config: PPOConfig, components: Components = Components()):
             opt_state,
             env_state,
             obs,
-            jnp.zeros((config.num_envs,), jnp.float32),
+            (  # running return of the current episode, and of the last finished one, per env
+                jnp.zeros((config.num_envs,), jnp.float32),
+                jnp.full((config.num_envs,), jnp.nan, jnp.float32),
+            ),
             jnp.asarray(-1, jnp.int32),
             jnp.zeros((num_points, 5), jnp.float32),
+            jnp.zeros((2,), jnp.float32),
             rng,
         )
         runner, _ = jax.lax.scan(update, runner, jnp.arange(num_updates))
         ret_sum, episodes, actor, value, ent = runner[6].T
+        tail_sum, tail_count = runner[7]
+        last_finished = runner[4][1]
+        final_return = jnp.where(
+            tail_count > 0, tail_sum / jnp.maximum(tail_count, 1), jnp.nanmean(last_finished)
+        )
         per_update = jnp.asarray(updates_per_bucket, jnp.float32)
         return TrainResult(
             steps=jnp.asarray(bucket_end_steps),
@@ -265,6 +282,7 @@ def make_train(config: PPOConfig, components: Components = Components()):
             value_loss=value / per_update,
             entropy=ent / per_update,
             first_nonfinite_update=runner[5],
+            final_return=final_return,
         )
 
     return train

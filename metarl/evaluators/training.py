@@ -26,7 +26,7 @@ class EnvRun:
     env: str
     seeds: list[int]
     total_timesteps: int
-    final_returns: list[float]  # per seed: mean return of episodes in the last logged chunk
+    final_returns: list[float]  # per seed: mean return of episodes ended in the last 10% of updates
     curve_steps: list[int]
     curve: list[float]  # mean over seeds, downsampled learning curve
     compile_s: float
@@ -87,7 +87,7 @@ def run_training(config: PPOConfig, components: Components, seeds: Sequence[int]
         worst = bad_seeds[np.argmin(first_bad[bad_seeds])]
         nonfinite_update, nonfinite_seed = int(first_bad[worst]), seeds[worst]
 
-    final = returns[:, -1]
+    final = np.asarray(result.final_return)
     with np.errstate(all="ignore"):
         curve = np.nanmean(returns, axis=0) if returns.size else returns
     return EnvRun(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
@@ -88,8 +89,9 @@ def run_training(config: PPOConfig, components: Components, seeds: Sequence[int]
         nonfinite_update, nonfinite_seed = int(first_bad[worst]), seeds[worst]
 
     final = np.asarray(result.final_return)
-    with np.errstate(all="ignore"):
-        curve = np.nanmean(returns, axis=0) if returns.size else returns
+    with warnings.catch_warnings():  # a bucket where no seed finished an episode stays NaN
+        warnings.simplefilter("ignore", RuntimeWarning)
+        curve = np.nanmean(returns, axis=0)
     return EnvRun(
         env=config.env_name,
         seeds=seeds,

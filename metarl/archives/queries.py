@@ -43,6 +43,14 @@ class Leaderboard:
     notes: list[str] = field(default_factory=list)
 
 
+
+def _filter_task_suite(where: list, params: list, task, suite, prefix: str = "") -> None:
+    """Append `task = ?` / `suite = ?` conditions for the filters that are set."""
+    for column, value in (("task", task), ("suite", suite)):
+        if value:
+            where.append(f"{prefix}{column} = ?")
+            params.append(value)
+
 def leaderboard(
     archive: Archive,
     *,
@@ -56,12 +64,7 @@ def leaderboard(
     selection fitness. Without `run_id` or `all_runs`, the most recent run (of `task`/`suite`
     if given)."""
     where, params = ["c.status = 'passed'", "c.fitness IS NOT NULL"], []
-    if task:
-        where.append("c.task = ?")
-        params.append(task)
-    if suite:
-        where.append("c.suite = ?")
-        params.append(suite)
+    _filter_task_suite(where, params, task, suite, prefix="c.")
     if run_id:
         archive.get_run(run_id)  # a clear error for an unknown run
         where.append("c.run_id = ?")
@@ -69,12 +72,7 @@ def leaderboard(
         title = f"run {run_id}"
     elif not all_runs:
         filters, fparams = [], []
-        if task:
-            filters.append("task = ?")
-            fparams.append(task)
-        if suite:
-            filters.append("suite = ?")
-            fparams.append(suite)
+        _filter_task_suite(filters, fparams, task, suite)
         sql = "SELECT id FROM runs" + (" WHERE " + " AND ".join(filters) if filters else "")
         latest = archive.query(sql + " ORDER BY seq DESC LIMIT 1", fparams)
         if not latest:

@@ -320,8 +320,6 @@ def register(app: typer.Typer) -> None:
                 "population": population, "mode": mode, "models": model or None,
                 "confirm": confirm, "heldout": heldout, "skip_short": skip_short,
             })
-            if max_time is not None and duration is None:
-                config.max_time = None
         else:
             cli = {
                 "task": task, "suite": suite, "proposer": proposer, "seed": seed, "seeds": seeds,
@@ -331,8 +329,8 @@ def register(app: typer.Typer) -> None:
                 "temperature": temperature, **overrides,
             }
             config = _collect(config_file, cli)
-            if max_time is not None and duration is None:
-                config.max_time = None
+        if max_time is not None and duration is None:  # "--max-time none" lifts the limit
+            config.max_time = None
         run_discovery(config, archive, resume, live, quiet)
 
     @app.command("resume")

@@ -4,6 +4,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extras="${1:-test}"
+# Candidate code runs only inside bubblewrap (README, Safety). Install it where we can (root with
+# apt); elsewhere ask for it, since without it metarl refuses to run candidates.
+if ! command -v bwrap >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        (apt-get update -qq && apt-get install -y -qq bubblewrap) >/dev/null 2>&1 \
+            || echo "warning: could not install bubblewrap with apt-get" >&2
+    else
+        echo "warning: bubblewrap (bwrap) is not installed; install it (e.g. sudo apt-get install bubblewrap)" >&2
+    fi
+fi
 python3 -m venv .venv 2>/dev/null || { echo "python3 -m venv failed: install python3-venv" >&2; exit 1; }
 stamp=".venv/.metarl-installed-$extras"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then

@@ -42,21 +42,34 @@ def test_environment_is_an_allow_list_without_secrets(monkeypatch, tmp_path):
     env = scrubbed_environment(str(tmp_path))
     assert not {"OPENAI_API_KEY", "METARL_LLM_API_KEY", "GITHUB_TOKEN", "SOME_UNRELATED_VAR"} & set(env)
     assert env["HOME"] == env["TMPDIR"] == str(tmp_path)
-    assert os.path.isabs(env["METARL_CACHE_DIR"])
+    assert "METARL_CACHE_DIR" not in env  # workers never learn where the cache is
 
 
-def test_worker_is_isolated_limited_and_cleaned_up(monkeypatch):
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+@pytest.mark.parametrize("role", ["tracer", "trainer"])
+def test_worker_is_isolated_limited_and_cleaned_up(monkeypatch, role):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-canary-7f3a9c")
     limits = SandboxLimits(timeout_s=30, memory_mb=6000, max_file_mb=16, nofile=256)
-    run = run_job({"kind": "introspect"}, limits)
+    run = run_job({"kind": "introspect"}, limits, role=role)
     assert run.status == "ok", run.reason
     inside = run.result["payload"]
-    # no network: a fresh network namespace (root here) or refusing socket stubs
+    assert run.ready_info["isolation"] == "bubblewrap"
+    # no network: an empty network namespace
     assert inside["connect"] != "connected"
-    assert run.ready_info["network"] in ("netns", "socket-stub")
-    # scrubbed environment, throwaway working directory
+    assert run.ready_info["network"] == "netns"
+    # its own PID namespace: only its own processes, and none of their environments holds a
+    # secret (bubblewrap's PID-1 helper was started with an empty environment)
+    assert inside["visible_pids"] == sorted(inside["visible_pids"]) and len(inside["visible_pids"]) <= 3
+    assert os.getpid() not in inside["visible_pids"] or inside["visible_pids"] == [1, 2]
+    assert not any("sk-canary" in text for text in inside["environs"].values())
+    assert inside["environs"]["1"] == ""
+    # an unprivileged uid, and only the interpreter, the venv and metarl from the host
+    assert inside["uid"] == 65534
+    assert "home" not in inside["root"] and "etc" in inside["root"]
+    assert "shadow" not in inside["etc"] and "passwd" not in inside["etc"]
+    # scrubbed environment, throwaway working directory (a private tmpfs)
     assert "OPENAI_API_KEY" not in inside["env"]
-    assert inside["cwd"] == inside["home"] == run.workdir
+    assert "METARL_CACHE_DIR" not in inside["env"]
+    assert inside["cwd"] == inside["home"] == "/tmp"
     # limits, set before anything was imported
     assert inside["rlimits"]["RLIMIT_AS"][0] == 6000 * 2**20
     assert inside["rlimits"]["RLIMIT_FSIZE"][0] == 16 * 2**20
@@ -64,7 +77,7 @@ def test_worker_is_isolated_limited_and_cleaned_up(monkeypatch):
     assert inside["rlimits"]["RLIMIT_CPU"][0] == limits.cpu_limit()
     assert inside["rlimits"]["RLIMIT_CORE"][0] == 0
     # its own session and process group, killed and reaped afterwards, temp dir removed
-    assert inside["pid"] == inside["pgid"] == inside["sid"] == run.pid
+    assert inside["pgid"] == inside["sid"]  # a new session (bwrap --new-session)
     assert gone(run.pid) and not process_group_alive(run.pid)
     assert not os.path.exists(run.workdir)
 
@@ -78,10 +91,9 @@ def test_limits_apply_before_imports_so_a_tiny_memory_limit_fails_startup():
 
 def test_timeout_kills_the_whole_process_group():
     source = "def drift(ratio, advantage, epsilon):\n    while True:\n        pass\n    return ratio\n"
-    worker = WorkerProcess(SandboxLimits(timeout_s=3))
+    worker = WorkerProcess(SandboxLimits(timeout_s=3), role="tracer")
     assert worker.wait_ready()
-    job = {"kind": "evaluate", "task": "drift", "source": source, "probe_seed": 0,
-           "settings": CascadeSettings(**{**SETTINGS, "timeout_s": 3}).job_settings()}
+    job = {"kind": "trace", "task": "drift", "source": source, "probe_seed": 0, "platform": "cpu"}
     start = time.perf_counter()
     run = worker.run(job, timeout_s=3)
     elapsed = time.perf_counter() - start
@@ -112,8 +124,8 @@ def test_pool_prewarms_and_never_reuses_a_worker():
     with Evaluator(CascadeSettings(**SETTINGS), workers=1) as evaluator:
         pids = []
         for _ in range(2):
-            spare = evaluator._pool._idle[0]
-            assert spare.wait_ready()  # the spare has imported jax and gymnax already
+            spare = evaluator._tracers._idle[0]
+            assert spare.wait_ready()  # the spare has imported jax already
             outcome = evaluator.evaluate(bad, "drift")
             assert outcome.stage == "probes" and "has shape (64, 1)" in outcome.reason
             assert outcome.timings["wait_worker"] < 0.5
@@ -121,7 +133,7 @@ def test_pool_prewarms_and_never_reuses_a_worker():
             pids.append(outcome.sandbox["worker_pid"])
             assert gone(pids[-1])
         assert pids[0] != pids[1]
-        live = [w for w in evaluator._pool._idle]
+        live = [w for w in evaluator._tracers._idle]
     for worker in live:
         assert gone(worker.pid) and not os.path.exists(worker.tmpdir)
 

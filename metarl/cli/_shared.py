@@ -31,10 +31,11 @@ def _user_error_types() -> tuple[type[BaseException], ...]:
     from metarl.archives.store import ArchiveError
     from metarl.discovery.config import ConfigError
     from metarl.discovery.loop import LoopError
+    from metarl.evaluators.sandbox import SandboxUnavailable
     from metarl.evaluators.suites import UnknownSuite
     from metarl.tasks import UnknownTask
 
-    return (ArchiveError, ConfigError, LoopError, UnknownSuite, UnknownTask)
+    return (ArchiveError, ConfigError, LoopError, SandboxUnavailable, UnknownSuite, UnknownTask)
 
 
 def handles_user_errors(fn):

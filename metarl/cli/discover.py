@@ -294,6 +294,7 @@ def register(app: typer.Typer) -> None:
         heldout: Optional[bool] = typer.Option(None, "--heldout/--no-heldout", help="Score held-out environments (leaderboard only)."),
         skip_short: Optional[bool] = typer.Option(None, "--skip-short/--no-skip-short", help="Skip the cascade's short run."),
         timeout: Optional[float] = typer.Option(None, "--timeout", help="Per-evaluation time limit in seconds."),
+        unsafe_no_sandbox: bool = typer.Option(False, "--unsafe-no-sandbox", help="Run candidate code WITHOUT bubblewrap (it can then read this machine's files and keys). Only where bwrap cannot run."),
         model: List[str] = typer.Option([], "--model", help="LLM PROVIDER/MODEL[:weight], repeatable (--proposer llm)."),
         api_base: Optional[str] = typer.Option(None, "--api-base", help="OpenAI-compatible server URL (--proposer llm)."),
         mode: Optional[str] = typer.Option(None, "--mode", help="population or conversation (--proposer llm)."),
@@ -308,6 +309,8 @@ def register(app: typer.Typer) -> None:
             "budget": budget, "workers": workers, "max_cost": max_cost, "api_base": api_base,
             "llm_timeout": llm_timeout, "max_concurrency": max_concurrency, "timeout": timeout,
         }
+        if unsafe_no_sandbox:
+            overrides["unsafe_no_sandbox"] = True
         if max_time is not None:
             overrides["max_time"] = duration
         if resume and config_file is not None:

@@ -50,6 +50,10 @@ def evaluate(
     timeout: float = typer.Option(900.0, "--timeout", help="Wall-clock limit (s) for stages 2-4."),
     memory_mb: int = typer.Option(8192, "--memory-mb", help="Memory limit of the sandbox worker."),
     probe_seed: Optional[int] = typer.Option(None, "--probe-seed", help="Fix the probes' random inputs."),
+    unsafe_no_sandbox: bool = typer.Option(
+        False, "--unsafe-no-sandbox",
+        help="Run the candidate WITHOUT bubblewrap (it can then read this machine's files and keys).",
+    ),
 ) -> None:
     """Run the evaluation cascade (static, probes, short run, full run) on a candidate file and print where it stopped and why, with per-environment scores."""
     from metarl.evaluators.suites import get_suite, suite_names
@@ -88,10 +92,18 @@ def evaluate(
         heldout=heldout,
         skip_short=skip_short,
         probe_seed=probe_seed,
+        unsafe_no_sandbox=unsafe_no_sandbox,
     )
+    from metarl.evaluators.sandbox import SandboxUnavailable
+
     err = Console(stderr=True)
     labels = {"static": "static check", "probes": "probes", "short": "short run", "full": "full run"}
-    with Evaluator(settings, workers=1, prewarm=False) as evaluator:
+    try:
+        evaluator = Evaluator(settings, workers=1, prewarm=False)
+    except SandboxUnavailable as error:
+        err.print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True, markup=True)
+        raise typer.Exit(2)
+    with evaluator:
         if as_json:
             outcome = evaluator.evaluate(source, task)
         else:

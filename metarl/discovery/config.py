@@ -56,6 +56,8 @@ class DiscoverConfig:
     skip_short: bool = False
     timeout: float = 900.0  # per evaluation, seconds
     memory_mb: int = 8192
+    # run candidates without bubblewrap: NOT a security boundary (see README, Safety)
+    unsafe_no_sandbox: bool = False
     heldout: bool = True  # score held-out envs for seeds and confirmed elites (leaderboard only)
     # population
     islands: int = 2

@@ -198,7 +198,7 @@ def _settings(config: DiscoverConfig, *, seeds: int, heldout: bool, skip_short: 
         suite=config.suite, seeds=seeds, short_run_threshold=config.short_threshold,
         total_timesteps=config.timesteps, short_timesteps=config.short_timesteps,
         timeout_s=config.timeout, memory_mb=config.memory_mb, heldout=heldout,
-        skip_short=skip_short,
+        skip_short=skip_short, unsafe_no_sandbox=config.unsafe_no_sandbox,
         # fixed probe inputs: evaluations (hence selection, hence resume) are reproducible, and
         # runs with different search seeds share cached evaluations
         probe_seed=0,

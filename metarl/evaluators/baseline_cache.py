@@ -1,104 +1,121 @@
-"""The on-disk cache of baseline runs and random-policy returns.
+"""The on-disk cache of baseline runs and random-policy returns: written by the parent only.
 
-A candidate's score is normalised against the task's baseline seed trained with the *same*
-seeds, budget and config, so that a baseline is needed for every (env, budget, seeds, config)
-a suite uses. Training it costs as much as a candidate; it is computed once and kept in a
-JSON file per key under the cache directory (METARL_CACHE_DIR, default ~/.cache/metarl).
-The key includes library versions and the JAX backend, since returns differ across them.
+A candidate's score is normalised against the task's baseline program trained with the *same*
+seeds, budget and config, so a baseline is needed for every (env, budget, seeds, config) a
+suite uses. Training it costs as much as a candidate; it is computed once, in a trainer worker
+that never loads a candidate, sent back to the parent, and kept in a JSON file per key under the
+cache directory (METARL_CACHE_DIR, default ~/.cache/metarl). No sandboxed process is given the
+cache's path, and none can write outside its own tmpfs.
+
+Entries are verified on read: the key stored inside must be the key asked for and a checksum
+must match the content, so a truncated, hand-edited or misplaced file is recomputed, never
+trusted. The key includes library versions, the backend and XLA_FLAGS (they change the last
+bits of the returns); they are read from package metadata, so the parent never imports JAX.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
+import importlib.util
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
 from typing import Sequence
 
 from metarl.evaluators.configs import PPOConfig
-from metarl.evaluators.training import EnvRun
+
+_PACKAGES = ("metarl", "jax", "jaxlib", "gymnax", "flax", "optax")
+_CUDA_PLUGINS = ("jax_cuda12_plugin", "jax_cuda13_plugin")
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("METARL_CACHE_DIR") or Path.home() / ".cache" / "metarl")
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("METARL_CACHE_DIR") or Path.home() / ".cache" / "metarl"
-    return Path(root) / "baselines"
+    return cache_root() / "baselines"
+
+
+def backend() -> str:
+    """The platform the trainer compiles for: "cuda" when a CUDA plugin is installed."""
+    for name in _CUDA_PLUGINS:
+        try:
+            if importlib.util.find_spec(name) is not None:
+                return "cuda"
+        except (ImportError, ValueError):
+            continue
+    return "cpu"
 
 
 def library_versions() -> dict:
-    import gymnax
-    import jax
-    import jaxlib
+    """Everything besides the config that changes a baseline's returns."""
+    versions = {}
+    for package in _PACKAGES:
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            versions[package] = "missing"
+    versions["backend"] = backend()
+    versions["xla_flags"] = os.environ.get("XLA_FLAGS", "")
+    return versions
 
-    import metarl
 
-    return {
-        "metarl": metarl.__version__,
-        "jax": jax.__version__,
-        "jaxlib": jaxlib.__version__,
-        "gymnax": getattr(gymnax, "__version__", "unknown"),
-        "backend": jax.default_backend(),
-        "xla_flags": os.environ.get("XLA_FLAGS", ""),  # optimisation flags change the last bits
-    }
+def _digest(payload: object, length: int = 24) -> str:
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:length]
 
 
 def baseline_key(
     task_name: str, seed_source_hash: str, config: PPOConfig, seeds: Sequence[int]
 ) -> str:
-    blob = json.dumps(
-        {
-            "task": task_name,
-            "seed": seed_source_hash,
-            "config": config.to_dict(),
-            "seeds": [int(s) for s in seeds],
-            "versions": library_versions(),
-        },
-        sort_keys=True,
-    )
-    return hashlib.sha256(blob.encode()).hexdigest()[:24]
+    return "baseline-" + _digest({
+        "task": task_name,
+        "seed": seed_source_hash,
+        "config": config.to_dict(),
+        "seeds": [int(s) for s in seeds],
+        "versions": library_versions(),
+    })
+
+
+def random_key(env_name: str) -> str:
+    return "random-" + _digest({"env": env_name, "versions": library_versions()})
 
 
 def _path(key: str) -> Path:
     return cache_dir() / f"{key}.json"
 
 
-def load(key: str) -> EnvRun | None:
-    path = _path(key)
-    if not path.exists():
-        return None
+def load(key: str) -> dict | None:
+    """The entry stored under `key`, or None when missing or failing verification."""
     try:
-        data = json.loads(path.read_text())
-        for derived in ("mean", "std", "steps_per_s"):
-            data.pop(derived, None)
-        return EnvRun(**data)
-    except (OSError, ValueError, TypeError):
-        return None  # a corrupt entry is recomputed, never trusted
+        entry = json.loads(_path(key).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(entry, dict) or entry.get("key") != key:
+        return None
+    data = entry.get("data")
+    if entry.get("checksum") != _digest([key, data], 64) or not _finite_numbers(data):
+        return None
+    return data
 
 
-def save(key: str, run: EnvRun) -> None:
+def save(key: str, data: dict) -> None:
     """Atomic write: a killed process never leaves a half-written entry behind."""
     directory = cache_dir()
     directory.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
     with os.fdopen(fd, "w") as handle:
-        json.dump(run.to_dict(), handle)
+        json.dump({"key": key, "data": data, "checksum": _digest([key, data], 64)}, handle)
     os.replace(tmp, _path(key))
 
 
-def get_or_train(task, config: PPOConfig, seeds: Sequence[int]) -> tuple[EnvRun, bool]:
-    """The task's baseline on `config` and `seeds`: (run, was_cached). Trains on a miss.
-
-    Runs trusted seed code in this process; callers that must stay responsive run it inside
-    the sandbox worker like any other training run.
-    """
-    from metarl.evaluators.training import run_training
-    from metarl.tasks.candidate import load_function, source_hash
-
-    seed = task.baseline()
-    key = baseline_key(task.name, source_hash(seed.source), config, seeds)
-    cached = load(key)
-    if cached is not None:
-        return cached, True
-    run = run_training(config, task.plug(load_function(seed.source, task.function_name)), seeds)
-    save(key, run)
-    return run, False
+def _finite_numbers(data: object) -> bool:
+    """The cached numbers a score is computed from are all finite."""
+    if not isinstance(data, dict):
+        return False
+    values = data.get("final_returns", [data.get("return")])
+    return isinstance(values, list) and bool(values) and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values
+    )

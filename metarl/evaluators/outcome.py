@@ -5,7 +5,11 @@ so it can cross the sandbox's result channel and be stored as-is."""
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
+
+import numpy as np
+
+from metarl.evaluators.scoring import normalised_score
 
 STAGES = ("static", "probes", "short", "full")
 
@@ -61,6 +65,116 @@ class Outcome:
     @classmethod
     def failure(cls, stage: str, reason: str, **extra) -> "Outcome":
         return cls(passed=False, stage=stage, reason=reason, **extra)
+
+
+class MalformedResult(ValueError):
+    """A result message that does not have the exact shape the parent expects."""
+
+
+def _number(value, what: str, allow_none: bool = False) -> float | None:
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise MalformedResult(f"{what} is {type(value).__name__}, not a number")
+    return float(value)
+
+
+def _numbers(value, what: str, allow_none: bool = False, limit: int = 100_000) -> list:
+    if not isinstance(value, list) or len(value) > limit:
+        raise MalformedResult(f"{what} is not a list of at most {limit} numbers")
+    return [_number(v, what, allow_none) for v in value]
+
+
+def env_score(run: dict, baseline_mean: float, random_mean: float, heldout: bool, stage: str) -> EnvScore:
+    """An EnvScore computed from a run's raw returns and the parent's reference returns.
+
+    Both the trainer and the parent call this; the parent's call, on the raw data of the result
+    message and its own cached references, is the one that counts.
+
+    Args:
+        run: an EnvRun as a dict (env, seeds, total_timesteps, final_returns, curve, timings).
+        baseline_mean: the baseline program's mean final return on the same config and seeds.
+        random_mean: the uniform random policy's mean return on the env.
+        heldout: whether the env is held out (never used for selection).
+        stage: "short" or "full".
+
+    Returns:
+        The EnvScore; `normalised` is None when undefined (baseline no better than random).
+
+    Raises:
+        MalformedResult: when a field has the wrong type.
+    """
+    if not isinstance(run.get("env"), str):
+        raise MalformedResult("env is not a string")
+    returns = _numbers(run.get("final_returns"), "final_returns")
+    if not returns:
+        raise MalformedResult("final_returns is empty")
+    mean = float(np.mean(returns)) if all(map(math.isfinite, returns)) else math.nan
+    normalised = normalised_score(mean, random_mean, baseline_mean)
+    seeds = run.get("seeds")
+    if not isinstance(seeds, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in seeds):
+        raise MalformedResult("seeds is not a list of integers")
+    return EnvScore(
+        env=run["env"],
+        seeds=seeds,
+        total_timesteps=int(_number(run.get("total_timesteps"), "total_timesteps")),
+        returns=returns,
+        mean=mean,
+        std=float(np.std(returns)) if math.isfinite(mean) else math.nan,
+        normalised=normalised if math.isfinite(normalised) else None,
+        baseline_mean=baseline_mean,
+        random_mean=random_mean,
+        curve_steps=[int(x) for x in _numbers(run.get("curve_steps", []), "curve_steps")],
+        curve=_numbers(run.get("curve", []), "curve", allow_none=True),
+        compile_s=_number(run.get("compile_s", 0.0), "compile_s"),
+        run_s=_number(run.get("run_s", 0.0), "run_s"),
+        steps_per_s=_number(run.get("steps_per_s", 0.0) or 0.0, "steps_per_s"),
+        heldout=bool(heldout),
+        stage=stage,
+    )
+
+
+def parse_outcome(data: object) -> Outcome:
+    """An Outcome from an untrusted dict: exactly the known fields, each of the right type.
+
+    Raises:
+        MalformedResult: for anything else (unknown or missing keys, wrong types).
+    """
+    if not isinstance(data, dict):
+        raise MalformedResult(f"the result is {type(data).__name__}, not an object")
+    known = {f.name for f in fields(Outcome)}
+    unknown = set(data) - known
+    if unknown:
+        raise MalformedResult(f"unknown keys {sorted(unknown)[:5]}")
+    if not isinstance(data.get("passed"), bool) or data.get("stage") not in STAGES:
+        raise MalformedResult("passed/stage missing or of the wrong type")
+    for key in ("reason", "fingerprint", "duplicate_of"):
+        if data.get(key) is not None and not isinstance(data[key], str):
+            raise MalformedResult(f"{key} is not a string")
+    warnings = data.get("warnings", [])
+    if not isinstance(warnings, list) or not all(isinstance(w, str) for w in warnings):
+        raise MalformedResult("warnings is not a list of strings")
+    timings = data.get("timings", {})
+    if not isinstance(timings, dict):
+        raise MalformedResult("timings is not an object")
+    scores = data.get("env_scores", [])
+    if not isinstance(scores, list) or not all(isinstance(e, dict) for e in scores):
+        raise MalformedResult("env_scores is not a list of objects")
+    return Outcome(
+        passed=data["passed"],
+        stage=data["stage"],
+        reason=data.get("reason"),
+        warnings=list(warnings),
+        env_scores=[EnvScore(**{k: v for k, v in e.items() if k in _ENV_SCORE_FIELDS}) for e in scores],
+        fitness=_number(data.get("fitness"), "fitness", allow_none=True),
+        heldout=_number(data.get("heldout"), "heldout", allow_none=True),
+        fingerprint=data.get("fingerprint"),
+        duplicate_of=data.get("duplicate_of"),
+        timings={str(k): _number(v, "timing", allow_none=True) or 0.0 for k, v in timings.items()},
+    )
+
+
+_ENV_SCORE_FIELDS = {f.name for f in fields(EnvScore)}
 
 
 def _finite_or_none(value):

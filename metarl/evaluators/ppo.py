@@ -80,6 +80,8 @@ class TrainResult(NamedTuple):
     value_loss: jax.Array  # [num_log_points]
     entropy: jax.Array  # [num_log_points]
     first_nonfinite_update: jax.Array  # scalar int32, -1 when every update stayed finite
+    first_negative_drift_update: jax.Array  # scalar int32, -1 when the drift stayed >= -tol
+    min_drift: jax.Array  # scalar: the smallest drift value of any minibatch of the run
     final_return: jax.Array  # scalar: see `final_return` in make_train
 
 
@@ -125,8 +127,18 @@ def _tree_all_finite(tree: Any) -> jax.Array:
     return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves]))
 
 
+# A drift below this is a violation of the drift contract, recorded as training runs (the probes
+# check the same program on random inputs; this checks it on the trainer's own minibatches).
+NEGATIVE_DRIFT_TOLERANCE = 1e-5
+
+
 def make_train(config: PPOConfig, components: Components = Components()):
-    """Build `train(rng) -> TrainResult` for one seed; vmap it over seeds and jit."""
+    """Build `train(rng) -> TrainResult` for one seed; vmap it over seeds and jit.
+
+    Besides the returns, the run records the invariants of the plugged-in components as it
+    trains: the first update whose loss, parameters or optimizer state stop being finite, and
+    the first update in which the drift goes below -NEGATIVE_DRIFT_TOLERANCE.
+    """
     env = make_env(config.env_name)
     network = ActorCritic(
         num_actions=env.num_actions,
@@ -155,7 +167,8 @@ def make_train(config: PPOConfig, components: Components = Components()):
         new_log_prob = log_prob(logits, batch.action)
         ratio = jnp.exp(new_log_prob - batch.log_prob)
         advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
-        actor_loss = -jnp.mean(ratio * advantage - drift(ratio, advantage, config.clip_eps))
+        drift_values = drift(ratio, advantage, config.clip_eps)
+        actor_loss = -jnp.mean(ratio * advantage - drift_values)
 
         clipped_value = batch.value + jnp.clip(
             value - batch.value, -config.clip_eps, config.clip_eps
@@ -165,7 +178,7 @@ def make_train(config: PPOConfig, components: Components = Components()):
         )
         ent = jnp.mean(entropy(logits))
         total = actor_loss + config.vf_coef * value_loss - config.ent_coef * ent
-        return total, (actor_loss, value_loss, ent)
+        return total, (actor_loss, value_loss, ent, jnp.min(drift_values))
 
     def env_step(carry, key):
         params, env_state, obs, episode_return, last_return = carry
@@ -215,7 +228,8 @@ def make_train(config: PPOConfig, components: Components = Components()):
         return jax.lax.scan(update_minibatch, (params, opt_state), minibatches)
 
     def update(runner, update_index):
-        params, opt_state, env_state, obs, episodes, first_bad, log, tail, key = runner
+        params, opt_state, env_state, obs, episodes, first_bad, log, tail, key = runner[:9]
+        first_negative, lowest = runner[9:]
         key, key_rollout, key_epochs = jax.random.split(key, 3)
 
         (params, env_state, obs, *episodes), (traj, (ret_sum, ret_count)) = jax.lax.scan(
@@ -230,13 +244,17 @@ def make_train(config: PPOConfig, components: Components = Components()):
             traj, final_value, last_value, config.gamma, config.gae_lambda
         )
 
-        (params, opt_state), (total, (actor, value, ent)) = jax.lax.scan(
+        (params, opt_state), (total, (actor, value, ent, min_drift)) = jax.lax.scan(
             lambda c, k: update_epoch(c, k, traj, advantages, targets),
             (params, opt_state),
             jax.random.split(key_epochs, config.update_epochs),
         )
-        finite = jnp.all(jnp.isfinite(total)) & _tree_all_finite(params)
+        finite = jnp.all(jnp.isfinite(total)) & _tree_all_finite((params, opt_state))
         first_bad = jnp.where((first_bad < 0) & ~finite, update_index, first_bad)
+        min_drift = jnp.min(min_drift)
+        negative = min_drift < -NEGATIVE_DRIFT_TOLERANCE
+        first_negative = jnp.where((first_negative < 0) & negative, update_index, first_negative)
+        lowest = jnp.minimum(lowest, min_drift)
         bucket = update_index * num_points // num_updates
         metrics = jnp.stack(
             [ret_sum.sum(), ret_count.sum(), actor.mean(), value.mean(), ent.mean()]
@@ -244,7 +262,10 @@ def make_train(config: PPOConfig, components: Components = Components()):
         log = log.at[bucket].add(metrics)
         in_tail = update_index >= tail_start
         tail = tail + in_tail * jnp.stack([ret_sum.sum(), ret_count.sum()])
-        runner = (params, opt_state, env_state, obs, tuple(episodes), first_bad, log, tail, key)
+        runner = (
+            params, opt_state, env_state, obs, tuple(episodes), first_bad, log, tail, key,
+            first_negative, lowest,
+        )
         return runner, None
 
     def train(rng: jax.Array) -> TrainResult:
@@ -265,6 +286,8 @@ def make_train(config: PPOConfig, components: Components = Components()):
             jnp.zeros((num_points, 5), jnp.float32),
             jnp.zeros((2,), jnp.float32),
             rng,
+            jnp.asarray(-1, jnp.int32),
+            jnp.asarray(jnp.inf, jnp.float32),
         )
         runner, _ = jax.lax.scan(update, runner, jnp.arange(num_updates))
         ret_sum, episodes, actor, value, ent = runner[6].T
@@ -282,6 +305,8 @@ def make_train(config: PPOConfig, components: Components = Components()):
             value_loss=value / per_update,
             entropy=ent / per_update,
             first_nonfinite_update=runner[5],
+            first_negative_drift_update=runner[9],
+            min_drift=runner[10],
             final_return=final_return,
         )
 

@@ -27,24 +27,32 @@ Design (measured on a 2-core CPU: importing jax+gymnax+metarl costs ~3 s, compil
   max_file_mb (a candidate printing more kills its worker with SIGXFSZ); RLIMIT_NOFILE; no core
   dumps. The wall clock is enforced here: after `timeout_s` the whole process group gets
   SIGKILL (SIGALRM cannot interrupt XLA), and we wait until no process of it is left.
-- **No network.** The worker first tries `unshare(CLONE_NEWNET)` (a fresh network namespace with
-  no interfaces: nothing can be reached, needs CAP_SYS_ADMIN, e.g. root). Where that fails it
-  replaces `socket.socket`/`create_connection`/`getaddrinfo` with stubs that raise, after its
-  own imports; that fallback only guards Python-level sockets, which candidates cannot reach
-  anyway (the static stage refuses every import but jax and math). Which guarantee held is
-  reported in `Outcome.sandbox["network"]`.
-- **Filesystem and environment.** Each worker runs in a fresh temp dir (its cwd, HOME and
-  TMPDIR), removed after the job. The environment is an allow-list (PATH, PYTHONPATH, locale,
-  XLA/JAX/CUDA settings, METARL_CACHE_DIR) with anything named like *KEY*, *TOKEN*, *SECRET*,
-  *PASSWORD*, *CREDENTIAL* removed. The only directory outside the temp dir a worker writes is
-  the baseline cache (trusted code, METARL_CACHE_DIR). On a GPU, workers start with
-  XLA_PYTHON_CLIENT_PREALLOCATE=false so that a spare initialising its backend does not take
-  the memory of the worker that is training.
+- **OS isolation: bubblewrap.** Every worker runs under `bwrap` (Debian's `bubblewrap`): new
+  user, PID, mount, network, IPC, UTS and cgroup namespaces (`--unshare-all`), an unprivileged
+  uid inside, all capabilities dropped, a new session (no terminal injection), its own `/proc`
+  (no other process is visible, so none can be read or signalled; `setns` has nothing to join),
+  an empty network namespace (no TCP, no abstract unix sockets, nothing to `_socket` into),
+  read-only binds of exactly the interpreter, the virtual environment and the metarl package
+  (not the project directory, not the archive, not the cache, not `/etc`, not `$HOME`), a
+  size-capped tmpfs as `/tmp`, cwd and `$HOME` (so a candidate can write at most
+  `tmpfs_mb` in total, all of it gone with the sandbox), and `--die-with-parent`. bwrap itself is
+  started with an empty environment (its PID-1 helper's `/proc/1/environ` is readable from
+  inside), and the worker gets only the allow-listed variables below. When the worker's process
+  group is killed, the PID namespace goes with it: a grandchild that called `setsid` dies too.
+  Where bwrap is missing or cannot create namespaces, candidate code does not run at all,
+  unless the user passes the loudly named `unsafe_no_sandbox` opt-out (then: the older
+  rlimit/netns/socket-stub isolation only, reported in `Outcome.sandbox`).
+- **Environment.** An allow-list (locale, XLA/JAX/CUDA settings) with anything named like *KEY*,
+  *TOKEN*, *SECRET*, *PASSWORD*, *CREDENTIAL* removed; HOME and TMPDIR are the private tmpfs.
+  Nothing a worker writes persists: baselines and random returns are cached by the parent.
+  On a GPU, workers start with XLA_PYTHON_CLIENT_PREALLOCATE=false so that a spare initialising
+  its backend does not take the memory of the worker that is training.
 """
 
 from __future__ import annotations
 
 import atexit
+import glob
 import json
 import os
 import re
@@ -61,10 +69,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
+BWRAP = "bwrap"
+SANDBOX_HOME = "/tmp"
 _SECRET_PATTERN = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
 _ENV_ALLOW = re.compile(
     r"^(PATH|PYTHONPATH|LANG|LANGUAGE|LC_[A-Z]+|TZ|VIRTUAL_ENV|XLA_FLAGS|XLA_PYTHON_CLIENT_.*|"
-    r"JAX_.*|TF_CPP_.*|CUDA_.*|NVIDIA_.*|LD_LIBRARY_PATH|OMP_NUM_THREADS|METARL_.*)$"
+    r"JAX_.*|TF_CPP_.*|CUDA_.*|NVIDIA_.*|LD_LIBRARY_PATH|OMP_NUM_THREADS)$"
 )
 
 
@@ -78,6 +88,8 @@ class SandboxLimits:
     output_chars: int = 8192  # captured stdout+stderr kept in Outcome.stdout
     startup_timeout_s: float = 180.0  # spawn -> ready (imports), before any candidate code
     memory_poll_s: float = 0.25
+    tmpfs_mb: int = 64  # everything a worker may write (its /tmp, cwd and HOME), in total
+    unsafe_no_sandbox: bool = False  # run without bubblewrap (NOT a security boundary)
 
     def cpu_limit(self) -> int:
         if self.cpu_s is not None:
@@ -102,15 +114,17 @@ class RunResult:
     pid: int | None = None
 
 
+class SandboxUnavailable(RuntimeError):
+    """bubblewrap is missing or cannot create namespaces here, and no opt-out was given."""
+
+
 def scrubbed_environment(tmpdir: str) -> dict:
     env = {
         k: v for k, v in os.environ.items() if _ENV_ALLOW.match(k) and not _SECRET_PATTERN.search(k)
     }
-    cache_root = os.environ.get("METARL_CACHE_DIR") or str(Path.home() / ".cache" / "metarl")
     env.update(
         HOME=tmpdir,
         TMPDIR=tmpdir,
-        METARL_CACHE_DIR=str(Path(cache_root).resolve()),
         PYTHONDONTWRITEBYTECODE="1",
         PYTHONUNBUFFERED="1",
         PYTHONNOUSERSITE="1",
@@ -120,6 +134,75 @@ def scrubbed_environment(tmpdir: str) -> dict:
         XLA_PYTHON_CLIENT_PREALLOCATE=env.get("XLA_PYTHON_CLIENT_PREALLOCATE", "false"),
     )
     return env
+
+
+def _package_root() -> str:
+    return str(Path(__file__).resolve().parent.parent)
+
+
+def _read_only_paths() -> list[str]:
+    """What a worker needs to run Python: system libraries, the interpreter, the venv, metarl."""
+    paths = ["/usr", "/lib", "/lib64", "/bin", "/etc/ld.so.cache", "/etc/alternatives"]
+    for prefix in {sys.base_prefix, sys.prefix, sys.exec_prefix}:
+        paths.append(str(Path(prefix).resolve()))
+        paths.append(prefix)
+    executable = Path(sys.executable)
+    paths += [str(executable.parent), str(executable.resolve().parent.parent)]
+    paths.append(_package_root())
+    seen, out = set(), []
+    for path in paths:
+        if path not in seen and os.path.exists(path):
+            seen.add(path)
+            out.append(path)
+    return out
+
+
+def bubblewrap_command(environment: dict, tmpfs_mb: int) -> list[str]:
+    """The `bwrap ... --` prefix that isolates a worker (see the module docstring)."""
+    binary = shutil.which(BWRAP)
+    if binary is None:
+        raise SandboxUnavailable(
+            "bubblewrap (bwrap) is not installed: candidate code runs only inside it. Install it "
+            "(Debian/Ubuntu: apt-get install bubblewrap), or pass --unsafe-no-sandbox to run "
+            "candidates without isolation"
+        )
+    command = [
+        binary, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+        "--uid", "65534", "--gid", "65534", "--hostname", "metarl-sandbox",
+    ]
+    for path in _read_only_paths():
+        command += ["--ro-bind", path, path]
+    command += ["--proc", "/proc", "--dev", "/dev"]
+    for device in sorted(glob.glob("/dev/nvidia*")):  # the trainer's GPU, when there is one
+        command += ["--dev-bind", device, device]
+    command += ["--size", str(int(tmpfs_mb) * 2**20), "--tmpfs", SANDBOX_HOME, "--chdir", SANDBOX_HOME]
+    for key, value in sorted(environment.items()):
+        command += ["--setenv", key, value]
+    return command + ["--"]
+
+
+_BWRAP_WORKS: dict[str, str | None] = {}
+
+
+def check_bubblewrap() -> None:
+    """Raise SandboxUnavailable unless bwrap can start a process here (checked once)."""
+    if "result" not in _BWRAP_WORKS:
+        try:
+            command = bubblewrap_command({"PATH": "/usr/bin:/bin"}, 1) + [
+                sys.executable, "-c", "pass"
+            ]
+            done = subprocess.run(command, env={}, capture_output=True, timeout=60)
+            _BWRAP_WORKS["result"] = None if done.returncode == 0 else (
+                "bubblewrap (bwrap) cannot create its namespaces here: "
+                + done.stderr.decode("utf-8", "replace").strip()[-300:]
+                + ". Pass --unsafe-no-sandbox to run candidates without isolation"
+            )
+        except SandboxUnavailable as error:
+            _BWRAP_WORKS["result"] = str(error)
+        except (OSError, subprocess.TimeoutExpired) as error:
+            _BWRAP_WORKS["result"] = f"bubblewrap (bwrap) failed to start: {error}"
+    if _BWRAP_WORKS["result"] is not None:
+        raise SandboxUnavailable(_BWRAP_WORKS["result"])
 
 
 def _signal_name(returncode: int | None) -> str:
@@ -172,8 +255,10 @@ def _tree_rss_mb(pid: int) -> float:
 class WorkerProcess:
     """One disposable worker: spawned pre-warmed, runs one job, then killed with its group."""
 
-    def __init__(self, limits: SandboxLimits, python: str | None = None):
+    def __init__(self, limits: SandboxLimits, python: str | None = None, role: str = "trainer"):
         self.limits = limits
+        self.role = role
+        # the parent's own directory for this worker: its captured output, never visible inside
         self.tmpdir = tempfile.mkdtemp(prefix="metarl-sandbox-")
         self.read_fd, write_fd = os.pipe()
         self.stdout_path = os.path.join(self.tmpdir, "stdout.txt")
@@ -190,12 +275,22 @@ class WorkerProcess:
             *(["-P"] if sys.version_info >= (3, 11) else []),
             "-m",
             "metarl.evaluators.worker",
+            "--role", role,
             "--result-fd", str(write_fd),
             "--memory-mb", str(int(limits.memory_mb)),
             "--cpu-s", str(limits.cpu_limit()),
             "--max-file-mb", str(int(limits.max_file_mb)),
             "--nofile", str(int(limits.nofile)),
         ]
+        if limits.unsafe_no_sandbox:
+            self.isolation = "none (unsafe_no_sandbox)"
+            environment = scrubbed_environment(self.tmpdir)
+        else:
+            self.isolation = "bubblewrap"
+            prefix = bubblewrap_command(scrubbed_environment(SANDBOX_HOME), limits.tmpfs_mb)
+            command = prefix + command + ["--sandboxed"]
+            environment = {}  # bwrap's own PID-1 helper keeps this: nothing to read there
+        cwd = self.tmpdir
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
             try:
                 self.proc = subprocess.Popen(
@@ -203,8 +298,8 @@ class WorkerProcess:
                     stdin=subprocess.PIPE,
                     stdout=out,
                     stderr=err,
-                    cwd=self.tmpdir,
-                    env=scrubbed_environment(self.tmpdir),
+                    cwd=cwd,
+                    env=environment,
                     pass_fds=(write_fd,),
                     start_new_session=True,
                     close_fds=True,
@@ -375,6 +470,11 @@ class WorkerProcess:
         result.stage = stage
         timings["sandbox"] = time.perf_counter() - started
         teardown_start = time.perf_counter()
+        if result.status == "died":
+            try:  # it is exiting on its own: let it, so that its exit status says why
+                self.proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                pass
         result.output = self.output()
         self.kill()
         result.returncode = self.proc.returncode
@@ -384,6 +484,8 @@ class WorkerProcess:
         return result
 
     def _death_reason(self, stage: str, returncode: int | None, output: str) -> str:
+        if returncode is not None and returncode > 128 and self.isolation == "bubblewrap":
+            returncode = 128 - returncode  # bwrap exits with 128 + N when its child dies of N
         name = _signal_name(returncode)
         limits = self.limits
         if returncode is not None and returncode < 0:
@@ -452,8 +554,11 @@ class WorkerProcess:
 class WorkerPool:
     """Keeps `spares` pre-warmed workers; hands each job a fresh one and starts its replacement."""
 
-    def __init__(self, limits: SandboxLimits, spares: int = 1, python: str | None = None):
+    def __init__(
+        self, limits: SandboxLimits, spares: int = 1, python: str | None = None, role: str = "trainer"
+    ):
         self.limits = limits
+        self.role = role
         self.spares = max(0, int(spares))
         self.python = python
         self._lock = threading.Lock()
@@ -473,7 +578,7 @@ class WorkerPool:
             self._top_up()
 
     def _spawn(self) -> WorkerProcess:
-        worker = WorkerProcess(self.limits, self.python)
+        worker = WorkerProcess(self.limits, self.python, self.role)
         self._live.add(worker)
         return worker
 
@@ -509,9 +614,9 @@ class WorkerPool:
             worker.kill()
 
 
-def run_job(job: dict, limits: SandboxLimits, on_event=None) -> RunResult:
+def run_job(job: dict, limits: SandboxLimits, on_event=None, role: str = "trainer") -> RunResult:
     """One-shot: spawn a worker, run `job`, kill it."""
-    worker = WorkerProcess(limits)
+    worker = WorkerProcess(limits, role=role)
     try:
         return worker.run(job, limits.timeout_s, on_event)
     finally:

@@ -34,6 +34,9 @@ class EnvRun:
     run_s: float
     nonfinite_update: int | None = None  # first update (any seed) with a NaN/inf loss or param
     nonfinite_seed: int | None = None
+    negative_drift_update: int | None = None  # first update (any seed) with drift < -tolerance
+    negative_drift_seed: int | None = None
+    min_drift: float | None = None  # the smallest drift value seen in any minibatch
     extra: dict = field(default_factory=dict)
 
     @property
@@ -66,6 +69,16 @@ def seed_keys(seeds: Sequence[int]) -> jax.Array:
     return jax.numpy.stack([jax.random.PRNGKey(int(s)) for s in seeds])
 
 
+def _first_event(first_update: jax.Array, seeds: list[int]) -> tuple[int | None, int | None]:
+    """(update, seed) of the earliest recorded event over seeds (-1 = none), or (None, None)."""
+    first = np.asarray(first_update)
+    hit = np.flatnonzero(first >= 0)
+    if not hit.size:
+        return None, None
+    worst = hit[np.argmin(first[hit])]
+    return int(first[worst]), seeds[worst]
+
+
 def run_training(config: PPOConfig, components: Components, seeds: Sequence[int]) -> EnvRun:
     """Train `components` with `config` on every seed at once and summarise the returns."""
     seeds = [int(s) for s in seeds]
@@ -81,12 +94,9 @@ def run_training(config: PPOConfig, components: Components, seeds: Sequence[int]
     run_s = time.perf_counter() - start
 
     returns = np.asarray(result.episode_return)  # [seeds, points]
-    first_bad = np.asarray(result.first_nonfinite_update)
-    bad_seeds = np.flatnonzero(first_bad >= 0)
-    nonfinite_update = nonfinite_seed = None
-    if bad_seeds.size:
-        worst = bad_seeds[np.argmin(first_bad[bad_seeds])]
-        nonfinite_update, nonfinite_seed = int(first_bad[worst]), seeds[worst]
+    nonfinite_update, nonfinite_seed = _first_event(result.first_nonfinite_update, seeds)
+    negative_update, negative_seed = _first_event(result.first_negative_drift_update, seeds)
+    min_drift = float(np.min(np.asarray(result.min_drift)))
 
     final = np.asarray(result.final_return)
     with warnings.catch_warnings():  # a bucket where no seed finished an episode stays NaN
@@ -103,4 +113,7 @@ def run_training(config: PPOConfig, components: Components, seeds: Sequence[int]
         run_s=run_s,
         nonfinite_update=nonfinite_update,
         nonfinite_seed=nonfinite_seed,
+        negative_drift_update=negative_update,
+        negative_drift_seed=negative_seed,
+        min_drift=min_drift if math.isfinite(min_drift) else None,
     )

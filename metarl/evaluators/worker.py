@@ -1,17 +1,23 @@
-"""The sandbox worker: `python -m metarl.evaluators.worker --result-fd N ...`.
+"""The sandbox worker: `python -m metarl.evaluators.worker --role tracer|trainer ...`.
 
-Started by metarl.evaluators.sandbox in its own session and temp dir. In order:
+Started by metarl.evaluators.sandbox inside bubblewrap (see there). In order:
 
-1. isolates itself from the network (`unshare(CLONE_NEWNET)`, or socket stubs as a fallback),
-   and sets its resource limits (address space, CPU time, file size, open files, no core);
-2. imports jax, gymnax and metarl and initialises XLA (pre-warming), then writes `ready` on the
-   private result pipe;
+1. sets its resource limits (address space, CPU time, file size, open files, no core); outside
+   bubblewrap (the explicit opt-out only) also isolates itself from the network;
+2. imports jax and metarl and initialises XLA (pre-warming), then writes `ready` on the private
+   result pipe, and goes on importing what its role needs until a job arrives;
 3. reads exactly one job (a JSON line) from stdin, runs it, writing progress messages and one
    final `result` message on the pipe, and exits. The parent kills its process group anyway.
 
-The candidate runs in this process, so nothing here trusts it: limits are set before its code
-is loaded; its prints go to stdout/stderr, which are files the parent truncates, never the pipe.
-Stages here are 2-4 of the cascade (probes, short run, full run); stage 1 ran in the parent.
+Two roles, never mixed in one process:
+- **tracer**: the only process that runs candidate Python. It loads the candidate, runs the
+  task's probes on it (detailed, friendly reasons for the proposer) and exports it per element
+  (evaluators/artifact.py). Once candidate code has run, the process is the candidate's: the
+  parent treats everything it sends (the artifact, the reason, its output) as untrusted data.
+- **trainer**: trusted code only. It verifies the artifact, probes it again on inputs the
+  tracer never saw, computes the fingerprint, and trains and scores it (stages 2-4); or trains
+  the task's baseline program for the parent's cache.
+Stage 1 (static check) ran in the parent.
 """
 
 from __future__ import annotations
@@ -144,7 +150,7 @@ class Channel:
                 view = view[written:]
 
 
-# --- the job ------------------------------------------------------------------------------------
+# --- the tracer: the only place candidate Python runs ---------------------------------------
 class StageFailure(Exception):
     def __init__(self, reason: str):
         super().__init__(reason)
@@ -163,68 +169,86 @@ def load_candidate(source: str, function_name: str):
     namespace["__builtins__"] = {**namespace["__builtins__"], "print": builtins.print}
     try:
         code = compile(source, "<candidate>", "exec")
-        exec(code, namespace)  # noqa: S102 - restricted namespace, sandboxed process
+        exec(code, namespace)  # noqa: S102 - restricted namespace, sandboxed tracer process
     except Exception as error:
-        raise StageFailure(describe_exception(error, "defining the candidate (running the module's top level)")) from error
+        raise StageFailure(
+            describe_exception(error, "defining the candidate (running the module's top level)")
+        ) from error
     function = namespace.get(function_name)
     if not callable(function):
         raise StageFailure(f"the candidate does not define a function `{function_name}`")
     return function
 
 
-def cache_root():
-    from pathlib import Path
+def trace(job: dict) -> dict:
+    """Load the candidate, run the task's probes on it (friendly, detailed reasons), export it.
 
-    from metarl.evaluators.baseline_cache import cache_dir
+    Runs in the tracer, which the candidate fully controls once its code runs: nothing here is
+    trusted by the parent. What matters is the artifact, which the trainer verifies and probes
+    again before any training.
+    """
+    from metarl.evaluators.artifact import ArtifactRejected, encode, export_variants, load_variants
+    from metarl.tasks import get_task
+    from metarl.tasks.probing import describe_exception
 
-    return Path(cache_dir()).parent
-
-
-def random_return(env_name: str) -> float:
-    """The random policy's mean return, cached on disk next to the baselines."""
-    import hashlib
-
-    from metarl.evaluators.baseline_cache import library_versions
-    from metarl.evaluators.scoring import random_policy_return
-
-    key = hashlib.sha256(json.dumps([env_name, library_versions()], sort_keys=True).encode()).hexdigest()[:16]
-    path = cache_root() / "random" / f"{env_name}-{key}.json"
+    task = get_task(job["task"])
+    warnings: list[str] = []
     try:
-        return float(json.loads(path.read_text())["return"])
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    value = random_policy_return(env_name)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"env": env_name, "return": value}))
-        os.replace(tmp, path)
-    except OSError:
-        pass
-    return value
+        function = load_candidate(job["source"], task.function_name)
+        report = task.probes(function, int(job.get("probe_seed", 0)))
+        warnings.extend(report.warnings)
+        if not report.ok:
+            raise StageFailure(report.reason)
+        try:
+            blobs = export_variants(
+                task.per_element(function), task.element_signature, job["platform"]
+            )
+        except Exception as error:
+            raise StageFailure(describe_exception(
+                error, f"exporting {task.function_name} for one element (scalar inputs; the "
+                "trainer applies it to every element)",
+            )) from error
+        try:
+            load_variants(blobs, task.element_signature, job["platform"])
+        except ArtifactRejected as error:
+            raise StageFailure(f"the exported program was refused: {error}") from error
+    except StageFailure as failure:
+        return {"ok": False, "reason": failure.reason, "warnings": warnings}
+    except MemoryError:
+        return {
+            "ok": False,
+            "reason": "ran out of memory while probing the candidate (MemoryError); keep "
+            "intermediate arrays the size of the inputs",
+            "warnings": warnings,
+        }
+    return {"ok": True, "artifact": encode(blobs), "warnings": warnings}
 
 
+# --- the trainer: trusted code only; candidates arrive as verified artifacts --------------------
 class Job:
-    """Stages 2-4 for one candidate (or the baseline alone), reporting on the channel."""
+    """Stages 2-4 for one exported candidate (or the baseline program alone).
+
+    Never executes candidate Python: the candidate is the artifact the tracer exported, verified
+    (evaluators/artifact.py) and probed again here on fresh inputs before training. Baselines
+    and random returns come with the job (the parent computed them in workers that never saw a
+    candidate); the parent recomputes every score from the raw returns sent back.
+    """
 
     def __init__(self, job: dict, channel: Channel):
-        from metarl.evaluators.suites import get_suite
+        from metarl.evaluators.cascade import CascadeSettings, plan_runs
         from metarl.tasks import get_task
 
         self.job = job
         self.channel = channel
-        self.settings = job["settings"]
+        self.settings = CascadeSettings(**job["settings"])
         self.task = get_task(job["task"])
-        self.suite = get_suite(self.settings["suite"])
-        self.seeds = list(range(int(self.settings["seeds"])))
-        chosen = self.settings.get("envs")
-        self.envs = [e for e in (chosen or self.suite.envs) if e in self.suite.envs]
-        self.heldout_envs = [e for e in self.suite.heldout if chosen is None or e in chosen]
+        self.plan = plan_runs(self.settings)
+        self.seeds = list(range(int(self.settings.seeds)))
+        self.references = {r["config_hash"]: r for r in job.get("references", [])}
         self.timings: dict[str, float] = {}
         self.warnings: list[str] = []
         self.stage = "probes"
         self.stage_started: float | None = None
-        self.candidate_hash = None
 
     def announce(self, stage: str | None) -> None:
         """Start `stage` (None: the end); the previous stage's wall time goes to timings."""
@@ -239,39 +263,18 @@ class Job:
     def add_time(self, key: str, seconds: float) -> None:
         self.timings[key] = self.timings.get(key, 0.0) + seconds
 
-    # configs
-    def full_config(self, env: str):
-        return self.suite.config(env, self.settings.get("total_timesteps"))
-
-    def short_config(self):
-        env = self.envs[0]
-        full = self.full_config(env)
-        short = self.settings.get("short_timesteps") or self.suite.short_budget
-        return self.suite.config(env, min(int(short), full.total_timesteps))
-
-    # baselines and scores
-    def baseline(self, config, candidate_run=None):
-        from metarl.evaluators import baseline_cache
-        from metarl.tasks.candidate import source_hash
+    def load(self, artifact: object):
+        from metarl.evaluators.artifact import ArtifactRejected, decode, load_variants
 
         start = time.perf_counter()
-        seed = self.task.baseline()
-        key = baseline_cache.baseline_key(self.task.name, source_hash(seed.source), config, self.seeds)
-        run = baseline_cache.load(key)
-        if run is None and candidate_run is not None and self.candidate_hash == source_hash(seed.source):
-            # the candidate *is* the baseline seed: same program, config and seeds, same run
-            baseline_cache.save(key, candidate_run)
-            run = candidate_run
-        if run is None:
-            run, _ = baseline_cache.get_or_train(self.task, config, self.seeds)
-        self.add_time("baseline", time.perf_counter() - start)
-        return run
-
-    def random(self, env: str) -> float:
-        start = time.perf_counter()
-        value = random_return(env)
-        self.add_time("random_return", time.perf_counter() - start)
-        return value
+        names = set(self.task.per_element(lambda *args: None))
+        try:
+            blobs = decode(artifact, names)
+            calls = load_variants(blobs, self.task.element_signature, self.job["platform"])
+        except ArtifactRejected as error:
+            raise StageFailure(f"the exported program was refused: {error}") from error
+        self.add_time("load_artifact", time.perf_counter() - start)
+        return self.task.assemble(calls)
 
     def train(self, function, config):
         from metarl.evaluators.training import run_training
@@ -288,56 +291,42 @@ class Job:
         if run.nonfinite_update is not None:
             raise StageFailure(
                 f"training produced NaN/inf at update {run.nonfinite_update + 1} of "
-                f"{config.num_updates} on {config.env_name} (seed {run.nonfinite_seed}): the loss "
-                "or the parameters stopped being finite"
+                f"{config.num_updates} on {config.env_name} (seed {run.nonfinite_seed}): the "
+                "loss, the parameters or the optimizer state stopped being finite"
+            )
+        if run.negative_drift_update is not None:
+            raise StageFailure(
+                f"the drift went negative during training ({run.min_drift:.4g}) at update "
+                f"{run.negative_drift_update + 1} of {config.num_updates} on {config.env_name} "
+                f"(seed {run.negative_drift_seed}); a drift must be >= 0 on every minibatch"
             )
         return run
 
-    def score(self, run, baseline, random_mean: float, heldout: bool, stage: str):
-        from metarl.evaluators.outcome import EnvScore
-        from metarl.evaluators.scoring import normalised_score
+    def score(self, run, entry) -> "EnvScore":
+        from metarl.evaluators.outcome import env_score
 
-        import math
-
-        normalised = normalised_score(run.mean, random_mean, baseline.mean)
-        return EnvScore(
-            env=run.env,
-            seeds=list(run.seeds),
-            total_timesteps=run.total_timesteps,
-            returns=list(run.final_returns),
-            mean=run.mean,
-            std=run.std,
-            normalised=normalised if math.isfinite(normalised) else None,
-            baseline_mean=baseline.mean,
-            random_mean=random_mean,
-            curve_steps=list(run.curve_steps),
-            curve=list(run.curve),
-            compile_s=run.compile_s,
-            run_s=run.run_s,
-            steps_per_s=run.steps_per_s,
-            heldout=heldout,
-            stage=stage,
+        reference = self.references[entry.config.config_hash()]
+        return env_score(
+            run.to_dict(), reference["baseline_mean"], reference["random_mean"], entry.heldout,
+            entry.stage,
         )
 
     # the cascade, stages 2-4
     def evaluate(self) -> dict:
         from metarl.evaluators.outcome import Outcome
         from metarl.evaluators.scoring import aggregate
-        from metarl.tasks.candidate import source_hash
-        from metarl.tasks.probing import fingerprint
+        from metarl.tasks.probing import describe_exception, fingerprint
 
-        source = self.job["source"]
-        self.candidate_hash = source_hash(source)
         outcome = Outcome(passed=False, stage="probes")
+        threshold = float(self.settings.short_run_threshold)
         try:
-            # stage 2: probes
+            # stage 2 (trusted half): the artifact, probed on inputs the tracer never saw
             self.announce("probes")
-            function = load_candidate(source, self.task.function_name)
+            function = self.load(self.job["artifact"])
             if self.task.probes is not None:
-                report = self.task.probes(function, int(self.job.get("probe_seed", 0)))
-                self.warnings.extend(report.warnings)
+                report = self.task.probes(function, int(self.job["probe_seed"]))
                 if not report.ok:
-                    raise StageFailure(report.reason)
+                    raise StageFailure(f"the exported program failed the probes: {report.reason}")
             if self.task.fingerprint_inputs is not None:
                 try:
                     outcome.fingerprint = fingerprint(function, self.task.fingerprint_inputs())
@@ -345,45 +334,26 @@ class Job:
                     raise StageFailure(str(error)) from error
                 self.channel.send("fingerprint", fingerprint=outcome.fingerprint)
 
-            # stage 3: short run on the first environment
-            settings = self.settings
+            # stages 3 and 4, as planned from the settings (the same plan the parent scores)
             reused = None
-            if not settings.get("skip_short"):
-                self.announce("short")
-                config = self.short_config()
-                run = self.train(function, config)
-                baseline = self.baseline(config, run)
-                score = self.score(run, baseline, self.random(config.env_name), False, "short")
+            for entry in self.plan:
+                if entry.stage != self.stage:
+                    self.announce(entry.stage)
+                if reused is not None and entry.stage == "full" and reused[0] == entry.config:
+                    reused[1].stage = "full"  # the short run was this very run
+                    continue
+                score = self.score(self.train(function, entry.config), entry)
                 outcome.env_scores.append(score)
-                threshold = float(settings.get("short_run_threshold", 0.25))
+                if entry.stage != "short":
+                    continue
                 if score.normalised is None:
                     self.warnings.append(
-                        f"short run: the normalised score on {config.env_name} is undefined (the "
+                        f"short run: the normalised score on {score.env} is undefined (the "
                         "baseline is no better than a random policy at this budget); not filtered"
                     )
                 elif score.normalised < threshold:
-                    raise StageFailure(
-                        f"short run: normalised score {score.normalised:.3f} on {config.env_name} "
-                        f"after {config.total_timesteps} steps (mean return {score.mean:.4g}; random "
-                        f"policy {score.random_mean:.4g} = 0, baseline {self.task.baseline_seed} "
-                        f"{score.baseline_mean:.4g} = 1) is below the threshold {threshold:g}"
-                    )
-                if config == self.full_config(config.env_name):
-                    reused = (config, score)
-
-            # stage 4: full run on every environment of the suite
-            self.announce("full")
-            envs = [(env, False) for env in self.envs]
-            if settings.get("heldout", True):
-                envs += [(env, True) for env in self.heldout_envs]
-            for env, heldout in envs:
-                config = self.full_config(env)
-                if reused is not None and reused[0] == config and not heldout:
-                    reused[1].stage = "full"  # the short run was this very run
-                    continue
-                run = self.train(function, config)
-                baseline = self.baseline(config, run)
-                outcome.env_scores.append(self.score(run, baseline, self.random(env), heldout, "full"))
+                    raise StageFailure(short_run_reason(score, threshold, self.task.baseline_seed))
+                reused = (entry.config, score)
             full = [s for s in outcome.env_scores if s.stage == "full"]
             train_scores = [s.normalised for s in full if not s.heldout and s.normalised is not None]
             held_scores = [s.normalised for s in full if s.heldout and s.normalised is not None]
@@ -403,8 +373,6 @@ class Job:
                 "arrays the size of the inputs"
             )
         except Exception as error:  # anything the stage wrappers did not anticipate
-            from metarl.tasks.probing import describe_exception
-
             outcome.passed = False
             outcome.stage = self.stage
             outcome.reason = describe_exception(error, f"running stage {self.stage}")
@@ -414,21 +382,48 @@ class Job:
         return outcome.to_dict()
 
     def baselines(self) -> dict:
-        runs = {}
-        envs = self.envs + (self.heldout_envs if self.settings.get("heldout", True) else [])
+        """The task's baseline program on the requested configs, and each env's random return.
+
+        The baseline is the task's baseline seed program (trusted source) exported and loaded
+        exactly as a candidate's is, so a candidate identical to it scores exactly 1.0.
+        """
+        from metarl.evaluators.artifact import export_variants, load_variants
+        from metarl.evaluators.scoring import random_policy_return
+        from metarl.tasks.candidate import load_function
+
+        task, platform = self.task, self.job["platform"]
+        seed = task.baseline()
+        per_element = task.per_element(load_function(seed.source, task.function_name))
+        blobs = export_variants(per_element, task.element_signature, platform)
+        function = task.assemble(load_variants(blobs, task.element_signature, platform))
+        wanted = set(self.job["config_hashes"])
         self.announce("full")
-        for env in envs:
-            config = self.full_config(env)
-            run = self.baseline(config)
-            data = run.to_dict()
-            data["random_mean"] = self.random(env)
-            runs[env] = data
+        runs, randoms = [], {}
+        for entry in self.plan:
+            key = entry.config.config_hash()
+            if key not in wanted:
+                continue
+            wanted.discard(key)
+            runs.append({"config_hash": key, **self.train(function, entry.config).to_dict()})
+            if entry.config.env_name not in randoms:
+                start = time.perf_counter()
+                randoms[entry.config.env_name] = random_policy_return(entry.config.env_name)
+                self.add_time("random_return", time.perf_counter() - start)
         self.announce(None)
-        return {"baselines": runs, "timings": self.timings}
+        return {"runs": runs, "random": randoms, "timings": self.timings}
+
+
+def short_run_reason(score, threshold: float, baseline_name: str) -> str:
+    return (
+        f"short run: normalised score {score.normalised:.3f} on {score.env} after "
+        f"{score.total_timesteps} steps (mean return {score.mean:.4g}; random policy "
+        f"{score.random_mean:.4g} = 0, baseline {baseline_name} {score.baseline_mean:.4g} = 1) "
+        f"is below the threshold {threshold:g}"
+    )
 
 
 def introspect() -> dict:
-    """What the sandbox looks like from inside (trusted diagnostic job, used by tests/doctor)."""
+    """What the sandbox looks like from inside (trusted diagnostic job, used by tests)."""
     import resource
     import socket
 
@@ -441,6 +436,14 @@ def introspect() -> dict:
     limits = {}
     for name in ("RLIMIT_AS", "RLIMIT_CPU", "RLIMIT_FSIZE", "RLIMIT_NOFILE", "RLIMIT_CORE"):
         limits[name] = list(resource.getrlimit(getattr(resource, name)))
+    environs = {}
+    pids = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as handle:
+                environs[pid] = handle.read().decode("utf-8", "replace")
+        except OSError as error:
+            environs[pid] = f"unreadable: {error}"
     return {
         "env": sorted(os.environ),
         "cwd": os.getcwd(),
@@ -450,6 +453,11 @@ def introspect() -> dict:
         "pid": os.getpid(),
         "pgid": os.getpgid(0),
         "sid": os.getsid(0),
+        "uid": os.getuid(),
+        "visible_pids": pids,
+        "environs": environs,
+        "root": sorted(os.listdir("/")),
+        "etc": sorted(os.listdir("/etc")) if os.path.isdir("/etc") else [],
     }
 
 
@@ -457,7 +465,10 @@ def introspect() -> dict:
 # is imported after `ready`, one module at a time, for as long as no job is waiting. A spare
 # worker that waits long enough is fully warm; a job that arrives early starts at once and
 # imports only what it uses (most failing candidates never reach training).
-PRELOAD = (
+PRELOAD = {
+    # the tracer probes and exports (optax for the optimizer task's probes), nothing more
+    "tracer": ("optax", "metarl.evaluators.artifact"),
+    "trainer": (
     "optax",
     "flax.linen",
     "gymnax",
@@ -465,16 +476,17 @@ PRELOAD = (
     "metarl.evaluators.ppo",
     "metarl.evaluators.training",
     "metarl.evaluators.scoring",
-    "metarl.evaluators.baseline_cache",
-)
+    "metarl.evaluators.artifact",
+    ),
+}
 
 
-def preload_until_job() -> float:
+def preload_until_job(role: str) -> float:
     import importlib
     import select
 
     start = time.perf_counter()
-    for module in PRELOAD:
+    for module in PRELOAD[role]:
         waiting, _, _ = select.select([sys.stdin], [], [], 0)
         if waiting:
             break
@@ -484,6 +496,8 @@ def preload_until_job() -> float:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m metarl.evaluators.worker")
+    parser.add_argument("--role", choices=("tracer", "trainer"), default="trainer")
+    parser.add_argument("--sandboxed", action="store_true", help="started inside bubblewrap")
     parser.add_argument("--result-fd", type=int, required=True)
     parser.add_argument("--memory-mb", type=int, default=8192)
     parser.add_argument("--cpu-s", type=int, default=0)
@@ -496,7 +510,8 @@ def main(argv: list[str] | None = None) -> None:
     import signal
 
     signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
-    network = isolate_network()
+    # inside bubblewrap the network namespace is already empty (and unshare is not permitted)
+    network = "netns" if args.sandboxed else isolate_network()
     limits = set_limits(args.memory_mb, args.cpu_s, args.max_file_mb, args.nofile)
     watch_parent()
     channel = Channel(args.result_fd)
@@ -521,8 +536,10 @@ def main(argv: list[str] | None = None) -> None:
         since_start_s=time.perf_counter() - _started,
         network=network,
         limits=limits,
+        role=args.role,
+        isolation="bubblewrap" if args.sandboxed else "unsandboxed",
     )
-    preload_s = preload_until_job()
+    preload_s = preload_until_job(args.role)
 
     line = sys.stdin.buffer.readline()
     if not line.strip():
@@ -532,9 +549,14 @@ def main(argv: list[str] | None = None) -> None:
     job_start = time.perf_counter()
 
     try:
-        if job.get("kind") == "introspect":
+        kind = job.get("kind")
+        if (kind == "trace") != (args.role == "tracer") and kind != "introspect":
+            raise ValueError(f"a {args.role} does not run {kind!r} jobs")
+        if kind == "introspect":
             payload = introspect()
-        elif job.get("kind") == "baseline":
+        elif kind == "trace":
+            payload = trace(job)
+        elif kind == "baseline":
             payload = Job(job, channel).baselines()
         else:
             payload = Job(job, channel).evaluate()
@@ -547,7 +569,10 @@ def main(argv: list[str] | None = None) -> None:
         channel.send(
             "result",
             kind="error",
-            payload={"error": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc()[-4000:]},
+            payload={
+                "error": f"{type(error).__name__}: {error}",
+                "traceback": traceback.format_exc()[-4000:],
+            },
             network=network,
         )
     finally:

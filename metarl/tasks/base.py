@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from metarl.evaluators.artifact import ElementSignature
+
 SEEDS_ROOT = Path(__file__).resolve().parent.parent / "seeds"
 
 
@@ -35,6 +37,13 @@ class Task:
     probes: Callable[[Callable, int], Any] | None = None
     # fingerprint_inputs() -> tuple of arrays: a fixed batch on which behaviour is hashed
     fingerprint_inputs: Callable[[], tuple] | None = None
+    # How a candidate crosses from the sandboxed tracer to the trainer (evaluators/artifact.py):
+    # per_element(candidate_function) -> variant name -> per-element function following
+    # element_signature; assemble(variant name -> artifact callable) -> a function with the
+    # contract's signature, built only from the verified artifact.
+    element_signature: ElementSignature | None = None
+    per_element: Callable[[Callable], dict[str, Callable]] | None = None
+    assemble: Callable[[dict[str, Callable]], Callable] | None = None
     extra: dict = field(default_factory=dict)
 
     @property

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
+import jax.numpy as jnp
+
+from metarl.evaluators.artifact import ElementSignature
 from metarl.tasks.base import Task
 from metarl.tasks.optimizer.plug import MOMENTUM_DECAYS, NUM_STATE_SLOTS, rule_optimizer
 from metarl.tasks.optimizer.probes import fingerprint_inputs, probes
@@ -50,6 +55,46 @@ same elements of the outputs.
 """
 
 
+SIGNATURE = ElementSignature(
+    inputs=(
+        ((), "float32"),  # grad
+        ((), "float32"),  # param
+        ((len(MOMENTUM_DECAYS),), "float32"),  # momentum
+        ((NUM_STATE_SLOTS,), "float32"),  # state
+        ((), "int32"),  # step
+        ((), "float32"),  # progress
+        ((), "float32"),  # lr
+    ),
+    outputs=(((), "float32"), ((NUM_STATE_SLOTS,), "float32")),
+    differentiable=False,
+)
+
+
+def per_element(rule: Callable) -> dict[str, Callable]:
+    """The rule on one parameter element (scalars, momentum [5], state [4]): what is exported."""
+    return {"rule": rule}
+
+
+def assemble(calls: dict[str, Callable]) -> Callable:
+    """optimizer(grad, param, momentum, state, step, progress, lr) from the verified artifact."""
+    call = calls["rule"]
+
+    def optimizer(grad, param, momentum, state, step, progress, lr):
+        shape = jnp.shape(grad)
+
+        def spread(value, dtype):
+            return jnp.broadcast_to(jnp.asarray(value, dtype), shape)
+
+        update, new_state = call(
+            spread(grad, jnp.float32), spread(param, jnp.float32),
+            jnp.asarray(momentum, jnp.float32), jnp.asarray(state, jnp.float32),
+            spread(step, jnp.int32), spread(progress, jnp.float32), spread(lr, jnp.float32),
+        )
+        return update, new_state
+
+    return optimizer
+
+
 def plug(rule):
     from metarl.evaluators.ppo import Components
 
@@ -65,4 +110,7 @@ TASK = Task(
     plug=plug,
     probes=probes,
     fingerprint_inputs=fingerprint_inputs,
+    element_signature=SIGNATURE,
+    per_element=per_element,
+    assemble=assemble,
 )

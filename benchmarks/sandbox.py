@@ -13,7 +13,9 @@ the loop, where the LLM's latency hides the import); the cold import is reported
 Columns (seconds): `import` is the worker's start-up (python + jax + XLA init; hidden when
 pre-warmed), `preload` the rest of the training stack imported while idle (gymnax, flax...),
 `wait` what the caller actually waited for a worker, `hand-off` job and result transfer,
-`teardown` the kill of the process group and temp-dir removal, `probes+load` the probe stage,
+`teardown` the kill of the process group and temp-dir removal, `trace+export` the sandboxed
+tracer (the candidate's Python, its probes, jax.export, hand-off), `verify` the trainer's
+deserialisation and verification of the artifact, `probes+load` the probe stage,
 `compile` XLA compilation of the training programs, `train` the runs themselves, `other` the
 rest inside the worker (baseline/random lookups, lazy imports). Two ratios:
 - sandbox % = (wait + hand-off + teardown) / total: what process isolation costs;
@@ -65,8 +67,8 @@ def measure(name: str, timesteps: dict, seeds: int, repeats: int) -> list[dict]:
             evaluator.evaluate(source, "drift")  # also caches the short-run baseline
         warmup = time.perf_counter() - start
         for repeat in range(repeats):
-            spare = evaluator._pool._idle[0]
-            spare.wait_ready()
+            for pool in (evaluator._tracers, evaluator._trainers):
+                pool._idle[0].wait_ready()
             time.sleep(6.0)  # let the spare finish preloading, as it would during an LLM call
             outcome = evaluator.evaluate(source, "drift")
             if not outcome.passed:
@@ -82,6 +84,7 @@ def measure(name: str, timesteps: dict, seeds: int, repeats: int) -> list[dict]:
                 steps=[s.total_timesteps for s in outcome.env_scores], seeds=seeds,
                 import_s=t.get("import", 0.0), preload_s=t.get("preload", 0.0),
                 wait_s=t.get("wait_worker", 0.0), handoff_s=handoff, teardown_s=t.get("teardown", 0.0),
+                trace_s=t.get("trace", 0.0), verify_s=t.get("load_artifact", 0.0),
                 probes_s=t.get("probes", 0.0), compile_s=compile_s, train_s=train_s, other_s=other,
                 total_s=total, warmup_s=warmup,
                 sandbox_pct=100 * (t.get("wait_worker", 0.0) + handoff + t.get("teardown", 0.0)) / total,
@@ -126,14 +129,14 @@ def main() -> None:
 
     table = Table(title=f"sandbox overhead per candidate · {_device()}")
     for column in ("scenario", "steps x seeds", "import", "preload", "wait", "hand-off", "teardown",
-                   "probes+load", "compile", "train", "other", "total", "sandbox %", "fixed %"):
+                   "trace+export", "verify", "probes+load", "compile", "train", "other", "total", "sandbox %", "fixed %"):
         table.add_column(column, justify="left" if column == "scenario" else "right")
     for row in rows:
         budget = " + ".join(f"{s:.0e}".replace("e+0", "e") for s in row["steps"])
         table.add_row(
             row["scenario"], f"{budget} x {row['seeds']}",
             *(f"{row[k]:.2f}" for k in ("import_s", "preload_s", "wait_s", "handoff_s", "teardown_s",
-                                        "probes_s", "compile_s", "train_s", "other_s", "total_s")),
+                                        "trace_s", "verify_s", "probes_s", "compile_s", "train_s", "other_s", "total_s")),
             f"{row['sandbox_pct']:.1f}", f"{row['fixed_pct']:.1f}",
         )
     console = Console(width=180)

@@ -170,12 +170,14 @@ def bubblewrap_command(environment: dict, tmpfs_mb: int) -> list[str]:
         binary, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
         "--uid", "65534", "--gid", "65534", "--hostname", "metarl-sandbox",
     ]
+    # the tmpfs first: read-only binds that live under /tmp (a checkout in /tmp) go on top of it
+    command += ["--size", str(int(tmpfs_mb) * 2**20), "--tmpfs", SANDBOX_HOME]
     for path in _read_only_paths():
         command += ["--ro-bind", path, path]
     command += ["--proc", "/proc", "--dev", "/dev"]
     for device in sorted(glob.glob("/dev/nvidia*")):  # the trainer's GPU, when there is one
         command += ["--dev-bind", device, device]
-    command += ["--size", str(int(tmpfs_mb) * 2**20), "--tmpfs", SANDBOX_HOME, "--chdir", SANDBOX_HOME]
+    command += ["--chdir", SANDBOX_HOME]
     for key, value in sorted(environment.items()):
         command += ["--setenv", key, value]
     return command + ["--"]

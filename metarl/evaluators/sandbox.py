@@ -329,7 +329,10 @@ class WorkerProcess:
             line, self._buffer = self._buffer.split(b"\n", 1)
             if line.strip():
                 try:
-                    messages.append(json.loads(line))
+                    message = json.loads(line)
+                    if not isinstance(message, dict):  # a forged `[1, 2]` or `42`: not a message
+                        raise ValueError("not an object")
+                    messages.append(message)
                 except ValueError:
                     messages.append({"event": "garbled", "line": line[:200].decode("utf-8", "replace")})
         return messages, False

@@ -4,6 +4,12 @@
     python benchmarks/sandbox.py --quick            # tiny budgets: a sanity check in ~1-2 minutes
     python benchmarks/sandbox.py --scenarios cartpole classic --seeds 4
     python benchmarks/sandbox.py --breakout-timesteps 10000000   # the real MinAtar budget (GPU)
+    python benchmarks/sandbox.py --quick --before b8916a5   # the same scenarios on an older commit
+
+`--before REF` checks REF out into a temporary git worktree and runs that commit's own copy of
+this benchmark (its code on PYTHONPATH, its own cache directory) right after this one, with the
+same arguments, and prints both tables: the machine is shared and noisy, so compare rows from
+one invocation only. Columns the older commit does not have are shown as `-`.
 
 Each scenario evaluates the drift task's PPO-clip seed through the real cascade (static check,
 sandboxed worker, probes, training) with baselines and random returns cached beforehand, so
@@ -30,6 +36,9 @@ import argparse
 import json
 import os
 import platform
+import subprocess
+import sys
+import tempfile
 import time
 
 SCENARIOS = {
@@ -94,6 +103,28 @@ def measure(name: str, timesteps: dict, seeds: int, repeats: int) -> list[dict]:
     return rows
 
 
+def measure_commit(ref: str, argv: list[str]) -> list[dict]:
+    """Run `ref`'s own benchmarks/sandbox.py with `argv` in a temporary worktree; its JSON rows."""
+    root = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True,
+                          check=True, cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+    with tempfile.TemporaryDirectory(prefix="metarl-before-") as scratch:
+        tree = os.path.join(scratch, "tree")
+        subprocess.run(["git", "-C", root, "worktree", "add", "--detach", tree, ref],
+                       check=True, capture_output=True)
+        try:
+            environment = dict(os.environ, PYTHONPATH=tree, METARL_CACHE_DIR=os.path.join(scratch, "cache"))
+            done = subprocess.run([sys.executable, os.path.join(tree, "benchmarks", "sandbox.py"), *argv, "--json"],
+                                  cwd=tree, env=environment, capture_output=True, text=True)
+            if done.returncode != 0:
+                raise SystemExit(f"{ref}: its benchmark failed:\n{done.stderr[-2000:]}")
+            rows = json.loads(done.stdout[done.stdout.index("\n[") + 1:])
+        finally:
+            subprocess.run(["git", "-C", root, "worktree", "remove", "--force", tree], capture_output=True)
+    for row in rows:
+        row["scenario"] = f"{row['scenario']} @ {ref}"
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scenarios", nargs="+", default=list(SCENARIOS), choices=list(SCENARIOS))
@@ -105,6 +136,7 @@ def main() -> None:
     parser.add_argument("--classic-timesteps", type=int, default=None, help="default: the suite's 5e5")
     parser.add_argument("--quick", action="store_true", help="tiny budgets, 1 seed: a sanity check")
     parser.add_argument("--json", action="store_true", help="also print the raw rows as JSON")
+    parser.add_argument("--before", metavar="REF", help="also run REF's copy of this benchmark (git worktree)")
     args = parser.parse_args()
 
     import metarl  # noqa: F401 - XLA flags before jax
@@ -126,6 +158,9 @@ def main() -> None:
     rows = []
     for name in args.scenarios:
         rows.extend(measure(name, timesteps, seeds, args.repeats))
+    if args.before:
+        argv = [a for a in sys.argv[1:] if a not in ("--json", "--before", args.before)]
+        rows.extend(measure_commit(args.before, argv))
 
     table = Table(title=f"sandbox overhead per candidate · {_device()}")
     for column in ("scenario", "steps x seeds", "import", "preload", "wait", "hand-off", "teardown",
@@ -135,8 +170,9 @@ def main() -> None:
         budget = " + ".join(f"{s:.0e}".replace("e+0", "e") for s in row["steps"])
         table.add_row(
             row["scenario"], f"{budget} x {row['seeds']}",
-            *(f"{row[k]:.2f}" for k in ("import_s", "preload_s", "wait_s", "handoff_s", "teardown_s",
-                                        "trace_s", "verify_s", "probes_s", "compile_s", "train_s", "other_s", "total_s")),
+            *(f"{row[k]:.2f}" if k in row else "-"
+              for k in ("import_s", "preload_s", "wait_s", "handoff_s", "teardown_s",
+                        "trace_s", "verify_s", "probes_s", "compile_s", "train_s", "other_s", "total_s")),
             f"{row['sandbox_pct']:.1f}", f"{row['fixed_pct']:.1f}",
         )
     console = Console(width=180)

@@ -28,7 +28,9 @@ from metarl.evaluators.outcome import Outcome
 from metarl.tasks import get_task
 
 CORPUS = Path(__file__).parent / "bad_candidates"
-BASE = dict(suite="smoke", seeds=1, total_timesteps=4096, short_timesteps=4096, timeout_s=60, probe_seed=0)
+# 4500 steps is not a whole number of updates (4 envs x 128 steps): the trainer runs 8 updates,
+# 4096 steps, and the parent's check of the returned runs must expect exactly that.
+BASE = dict(suite="smoke", seeds=1, total_timesteps=4500, short_timesteps=4096, timeout_s=60, probe_seed=0)
 MARKERS = "/tmp/metarl-bad-candidate-was-here*"
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 import psutil
@@ -10,6 +11,7 @@ import pytest
 
 from metarl.evaluators.cascade import CascadeSettings, Evaluator
 from metarl.evaluators.sandbox import (
+    MAX_MESSAGE_BYTES,
     SandboxLimits,
     WorkerProcess,
     process_group_alive,
@@ -117,6 +119,29 @@ def test_candidate_output_cannot_forge_a_result():
     assert "drift is negative" in outcome.reason
     assert outcome.fitness is None
     assert forged in outcome.stdout  # the print is captured, as output only
+
+
+def test_channel_turns_non_objects_and_over_long_lines_into_garbled_events():
+    read_fd, write_fd = os.pipe()
+    channel = WorkerProcess.__new__(WorkerProcess)  # only the reading half of a worker
+    channel.read_fd, channel._buffer, channel._overflow = read_fd, bytearray(), False
+    lines = [b'{"event": "ready"}', b"[1, 2]", b"{broken", b"A" * (MAX_MESSAGE_BYTES + 10), b'{"event": "x"}']
+
+    def write() -> None:
+        with os.fdopen(write_fd, "wb") as pipe:
+            pipe.write(b"\n".join(lines) + b"\n")
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    messages, eof = [], False
+    while not eof:
+        batch, eof = channel._read_messages(5.0)
+        messages += batch
+    writer.join()
+    os.close(read_fd)
+    events = [message["event"] for message in messages]
+    assert events == ["ready", "garbled", "garbled", "garbled", "x"]
+    assert "longer than" in messages[3]["reason"] and len(messages[3]["line"]) == 200
 
 
 def test_pool_prewarms_and_never_reuses_a_worker():

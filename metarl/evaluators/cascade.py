@@ -472,7 +472,8 @@ def verify_outcome(
         if index >= len(plan) or score.env != plan[index].config.env_name:
             raise MalformedResult(f"env score {index} ({score.env}) is not the planned run")
         entry = plan[index]
-        if score.total_timesteps != entry.config.total_timesteps or score.seeds != list(range(settings.seeds)):
+        steps = entry.config.num_updates * entry.config.batch_size  # what the trainer runs
+        if score.total_timesteps != steps or score.seeds != list(range(settings.seeds)):
             raise MalformedResult(f"env score {index} has the wrong budget or seeds")
         if score.stage not in ("short", "full") or (entry.stage == "full" and score.stage != "full"):
             raise MalformedResult(f"env score {index} has stage {score.stage!r}")

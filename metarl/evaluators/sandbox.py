@@ -71,6 +71,10 @@ from typing import Callable
 
 BWRAP = "bwrap"
 SANDBOX_HOME = "/tmp"
+# The longest channel line the parent accepts. The largest honest message, a full run's
+# per-update returns with its artifact, is well under 1 MB; a longer line is garbled output,
+# dropped while it streams (a 64 MB forged line costs the parent no more than its reading).
+MAX_MESSAGE_BYTES = 16 << 20
 _SECRET_PATTERN = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
 _ENV_ALLOW = re.compile(
     r"^(PATH|PYTHONPATH|LANG|LANGUAGE|LC_[A-Z]+|TZ|VIRTUAL_ENV|XLA_FLAGS|XLA_PYTHON_CLIENT_.*|"
@@ -254,6 +258,19 @@ def _tree_rss_mb(pid: int) -> float:
         return 0.0
 
 
+def _parse_message(line: bytes) -> dict | None:
+    """One channel line as a message dict; anything but a JSON object becomes `garbled`."""
+    if not line.strip():
+        return None
+    try:
+        message = json.loads(line)
+    except ValueError:
+        message = None
+    if not isinstance(message, dict):  # a forged `[1, 2]`, `42` or broken JSON: not a message
+        return {"event": "garbled", "line": line[:200].decode("utf-8", "replace")}
+    return message
+
+
 class WorkerProcess:
     """One disposable worker: spawned pre-warmed, runs one job, then killed with its group."""
 
@@ -268,7 +285,8 @@ class WorkerProcess:
         self.spawned_at = time.perf_counter()
         self.ready_at: float | None = None
         self.ready_info: dict = {}
-        self._buffer = b""
+        self._buffer = bytearray()
+        self._overflow = False  # inside a line past MAX_MESSAGE_BYTES
         self._closed = False
         self._kill_lock = threading.Lock()
         self.pgid: int | None = None
@@ -324,17 +342,29 @@ class WorkerProcess:
             return messages, True
         if not chunk:
             return messages, True
-        self._buffer += chunk
-        while b"\n" in self._buffer:
-            line, self._buffer = self._buffer.split(b"\n", 1)
-            if line.strip():
-                try:
-                    message = json.loads(line)
-                    if not isinstance(message, dict):  # a forged `[1, 2]` or `42`: not a message
-                        raise ValueError("not an object")
+        start = 0
+        while True:
+            newline = chunk.find(b"\n", start)
+            piece = chunk[start:] if newline < 0 else chunk[start:newline]
+            if self._overflow:
+                pass  # the rest of an over-long line: already reported, dropped unread
+            elif len(self._buffer) + len(piece) > MAX_MESSAGE_BYTES:
+                self._overflow = True
+                head = bytes(self._buffer[:200])
+                messages.append({"event": "garbled", "line": head.decode("utf-8", "replace"),
+                                 "reason": f"a line longer than {MAX_MESSAGE_BYTES} bytes"})
+                self._buffer.clear()
+            else:
+                self._buffer += piece
+            if newline < 0:
+                break
+            if not self._overflow:
+                message = _parse_message(bytes(self._buffer))
+                if message is not None:
                     messages.append(message)
-                except ValueError:
-                    messages.append({"event": "garbled", "line": line[:200].decode("utf-8", "replace")})
+            self._buffer.clear()
+            self._overflow = False
+            start = newline + 1
         return messages, False
 
     def wait_ready(self, timeout: float | None = None) -> bool:

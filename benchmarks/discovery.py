@@ -24,13 +24,21 @@ from pathlib import Path
 
 
 def _machine() -> str:
-    from metarl.discovery.loop import device_description
+    from metarl.platform import device_description
 
     return f"{platform.node()} · {device_description()} · python {platform.python_version()}"
 
 
-def run_suite(suite: str, budget: int, timesteps: int | None, seeds: int | None, workers: int,
-              seed: int, folder: Path, children: int) -> dict:
+def run_suite(
+    suite: str,
+    budget: int,
+    timesteps: int | None,
+    seeds: int | None,
+    workers: int,
+    seed: int,
+    folder: Path,
+    children: int,
+) -> dict:
     from metarl.archives import Archive
     from metarl.archives.queries import leaderboard
     from metarl.discovery.config import DiscoverConfig
@@ -38,8 +46,14 @@ def run_suite(suite: str, budget: int, timesteps: int | None, seeds: int | None,
     from metarl.discovery.proposers.mutation import MutationProposer
 
     config = DiscoverConfig(
-        suite=suite, budget=budget, timesteps=timesteps or 0, seeds=seeds, workers=workers,
-        seed=seed, max_time=None, children=children,
+        suite=suite,
+        budget=budget,
+        timesteps=timesteps or 0,
+        seeds=seeds,
+        workers=workers,
+        seed=seed,
+        max_time=None,
+        children=children,
     ).resolved()
     marks: dict[str, float] = {"start": time.monotonic()}
 
@@ -47,8 +61,11 @@ def run_suite(suite: str, budget: int, timesteps: int | None, seeds: int | None,
         if kind == "candidate" and data.get("is_seed"):
             marks["seeds_done"] = time.monotonic()
         if kind == "candidate" and not data.get("is_seed"):
-            print(f"  [{suite}] {data['id']:>6} {data.get('operator') or '':<22} {data['status']:<9}"
-                  f" {data.get('stage') or '':<7} fitness {data.get('fitness')}", flush=True)
+            print(
+                f"  [{suite}] {data['id']:>6} {data.get('operator') or '':<22} {data['status']:<9}"
+                f" {data.get('stage') or '':<7} fitness {data.get('fitness')}",
+                flush=True,
+            )
 
     path = folder / f"bench-{suite}.db"
     with Archive(path) as archive:
@@ -72,13 +89,20 @@ def run_suite(suite: str, budget: int, timesteps: int | None, seeds: int | None,
         fates[key] = fates.get(key, 0) + 1
     baseline_seed = next((s for s in seeds if s["name"] == "ppo_clip"), None)
     reference = baseline_seed["fitness"] if baseline_seed else 1.0
-    beat = [r for r in board.rows if not r.is_seed and r.fitness is not None and r.fitness >= reference]
+    beat = [
+        r for r in board.rows if not r.is_seed and r.fitness is not None and r.fitness >= reference
+    ]
     return {
-        "suite": suite, "timesteps": config.timesteps, "seeds": config.seeds, "workers": workers,
-        "children": len(rows), "child_s": child_s,
+        "suite": suite,
+        "timesteps": config.timesteps,
+        "seeds": config.seeds,
+        "workers": workers,
+        "children": len(rows),
+        "child_s": child_s,
         "seed_s": marks.get("seeds_done", marks["start"]) - marks["start"],
         "per_hour": 3600 * len(rows) / child_s if child_s > 0 else float("nan"),
-        "fates": fates, "beat_seed": len(beat),
+        "fates": fates,
+        "beat_seed": len(beat),
         "best": max((r.fitness for r in board.rows if not r.is_seed), default=None),
     }
 
@@ -86,9 +110,13 @@ def run_suite(suite: str, budget: int, timesteps: int | None, seeds: int | None,
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--suites", default="smoke,classic")
-    parser.add_argument("--budget", type=int, default=None, help="children per suite (default: smoke 16, classic 8)")
+    parser.add_argument(
+        "--budget", type=int, default=None, help="children per suite (default: smoke 16, classic 8)"
+    )
     parser.add_argument("--smoke-timesteps", type=int, default=0, help="0: the suite's own budget")
-    parser.add_argument("--classic-timesteps", type=int, default=0, help="0: the suite's own budget")
+    parser.add_argument(
+        "--classic-timesteps", type=int, default=0, help="0: the suite's own budget"
+    )
     parser.add_argument("--seeds", type=int, default=None, help="default: the suite's own")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--children", type=int, default=4)
@@ -103,24 +131,47 @@ def main(argv=None) -> int:
         budget = args.budget or {"smoke": 16, "classic": 8}.get(suite, 8)
         timesteps = {"smoke": args.smoke_timesteps, "classic": args.classic_timesteps}.get(suite, 0)
         print(f"{suite}: {budget} children ...", flush=True)
-        results.append(run_suite(suite, budget, timesteps, args.seeds, args.workers, args.seed,
-                                 folder, args.children))
+        results.append(
+            run_suite(
+                suite, budget, timesteps, args.seeds, args.workers, args.seed, folder, args.children
+            )
+        )
 
     stages = ["passed", "static", "probes", "short", "full", "duplicate", "no program"]
     print()
     print(f"machine: {_machine()}")
     print(f"archives: {folder}  cache: {os.environ.get('METARL_CACHE_DIR', '~/.cache/metarl')}")
-    header = ["suite", "steps/env", "seeds", "workers", "children", "seeds+baselines s",
-              "children s", "cand/hour", *[f"{s} %" for s in stages], ">= ppo_clip", "best"]
+    header = [
+        "suite",
+        "steps/env",
+        "seeds",
+        "workers",
+        "children",
+        "seeds+baselines s",
+        "children s",
+        "cand/hour",
+        *[f"{s} %" for s in stages],
+        ">= ppo_clip",
+        "best",
+    ]
     lines = [header]
     for r in results:
         n = max(1, r["children"])
-        lines.append([
-            r["suite"], str(r["timesteps"]), str(r["seeds"]), str(r["workers"]), str(r["children"]),
-            f"{r['seed_s']:.0f}", f"{r['child_s']:.0f}", f"{r['per_hour']:.0f}",
-            *[f"{100 * r['fates'].get(s, 0) / n:.0f}" for s in stages],
-            str(r["beat_seed"]), "—" if r["best"] is None else f"{r['best']:.3f}",
-        ])
+        lines.append(
+            [
+                r["suite"],
+                str(r["timesteps"]),
+                str(r["seeds"]),
+                str(r["workers"]),
+                str(r["children"]),
+                f"{r['seed_s']:.0f}",
+                f"{r['child_s']:.0f}",
+                f"{r['per_hour']:.0f}",
+                *[f"{100 * r['fates'].get(s, 0) / n:.0f}" for s in stages],
+                str(r["beat_seed"]),
+                "—" if r["best"] is None else f"{r['best']:.3f}",
+            ]
+        )
     widths = [max(len(row[i]) for row in lines) for i in range(len(header))]
     for i, row in enumerate(lines):
         print(" | ".join(cell.rjust(w) for cell, w in zip(row, widths)))

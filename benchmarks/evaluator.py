@@ -12,21 +12,23 @@ import argparse
 import json
 import platform
 
-import metarl  # noqa: F401  (sets XLA flags before jax starts)
 import jax
 from rich.console import Console
 from rich.table import Table
 
-from metarl.evaluators.configs import default_config
-from metarl.evaluators.ppo import Components
-from metarl.evaluators.suites import get_suite
-from metarl.evaluators.training import run_training
+import metarl  # noqa: F401  (sets XLA flags before jax starts)
+from metarl.rl.components import Components
+from metarl.rl.configs import default_config
+from metarl.rl.suites import get_suite
+from metarl.rl.training import run_training
 
 
 def device_name() -> str:
     device = jax.devices()[0]
     if device.platform == "cpu":
-        return f"CPU ({platform.processor() or platform.machine()}, {jax.local_device_count()} device)"
+        return (
+            f"CPU ({platform.processor() or platform.machine()}, {jax.local_device_count()} device)"
+        )
     return getattr(device, "device_kind", device.platform)
 
 
@@ -72,12 +74,26 @@ def main() -> None:
         print(json.dumps({"device": device_name(), "rows": rows}, indent=2))
         return
     table = Table(title=f"metarl PPO trainer on {device_name()} (jax {jax.__version__})")
-    for column in ("env", "seeds", "steps", "compile s", "run s", "total s", "env-steps/s", "final return"):
+    for column in (
+        "env",
+        "seeds",
+        "steps",
+        "compile s",
+        "run s",
+        "total s",
+        "env-steps/s",
+        "final return",
+    ):
         table.add_column(column, justify="left" if column == "env" else "right")
     for r in rows:
         table.add_row(
-            r["env"], str(r["seeds"]), f"{r['steps']:.2g}", f"{r['compile_s']:.1f}",
-            f"{r['run_s']:.1f}", f"{r['total_s']:.1f}", f"{r['steps_per_s']:,}",
+            r["env"],
+            str(r["seeds"]),
+            f"{r['steps']:.2g}",
+            f"{r['compile_s']:.1f}",
+            f"{r['run_s']:.1f}",
+            f"{r['total_s']:.1f}",
+            f"{r['steps_per_s']:,}",
             f"{r['final_return']:.1f}",
         )
     Console(width=140).print(table)

@@ -1,6 +1,6 @@
 """Sandbox overhead per candidate, next to the training time it wraps.
 
-    python benchmarks/sandbox.py                    # CartPole 5e5, Breakout (CPU: 1e6), classic suite
+    python benchmarks/sandbox.py             # CartPole 5e5, Breakout (CPU: 1e6), classic suite
     python benchmarks/sandbox.py --quick            # tiny budgets: a sanity check in ~1-2 minutes
     python benchmarks/sandbox.py --scenarios cartpole classic --seeds 4
     python benchmarks/sandbox.py --breakout-timesteps 10000000   # the real MinAtar budget (GPU)
@@ -54,20 +54,28 @@ def _device() -> str:
 
     device = jax.devices()[0]
     kind = getattr(device, "device_kind", "") or device.platform
-    return f"{platform.node()} · {device.platform} {kind} · {os.cpu_count()} cores · python {platform.python_version()}"
+    python = platform.python_version()
+    cores = os.cpu_count()
+    return f"{platform.node()} · {device.platform} {kind} · {cores} cores · python {python}"
 
 
 def measure(name: str, timesteps: dict, seeds: int, repeats: int) -> list[dict]:
-    from metarl.evaluators.cascade import CascadeSettings, Evaluator
+    from metarl.evaluation.cascade import CascadeSettings, Evaluator
     from metarl.tasks import get_task
 
     suite, envs, skip_short, heldout = SCENARIOS[name]
     settings = CascadeSettings(
-        suite=suite, seeds=seeds, total_timesteps=timesteps.get(name), skip_short=skip_short,
-        heldout=heldout, envs=envs, timeout_s=3600, probe_seed=0,
+        suite=suite,
+        seeds=seeds,
+        total_timesteps=timesteps.get(name),
+        skip_short=skip_short,
+        heldout=heldout,
+        envs=envs,
+        timeout_s=3600,
+        probe_seed=0,
         short_timesteps=timesteps.get(f"{name}_short"),
     )
-    source = get_task("drift").seed("ppo_clip").source
+    source = get_task("drift").seed_program("ppo_clip").source
     rows = []
     with Evaluator(settings, workers=1) as evaluator:
         start = time.perf_counter()
@@ -81,68 +89,112 @@ def measure(name: str, timesteps: dict, seeds: int, repeats: int) -> list[dict]:
             time.sleep(6.0)  # let the spare finish preloading, as it would during an LLM call
             outcome = evaluator.evaluate(source, "drift")
             if not outcome.passed:
-                raise SystemExit(f"{name}: the seed did not pass: {outcome.stage}: {outcome.reason}")
+                raise SystemExit(
+                    f"{name}: the seed did not pass: {outcome.stage}: {outcome.reason}"
+                )
             t = outcome.timings
             compile_s = sum(s.compile_s for s in outcome.env_scores)
             train_s = sum(s.run_s for s in outcome.env_scores)
-            handoff = max(0.0, t.get("sandbox", 0.0) - t.get("worker_job", t.get("sandbox", 0.0)))
+            # the trainer's round trip minus its own work (the tracer's round trip is `trace`)
+            trainer_s = t.get("sandbox", 0.0) - t.get("trace", 0.0)
+            handoff = max(0.0, trainer_s - t.get("worker_job", trainer_s))
             other = t.get("worker_job", 0.0) - t.get("probes", 0.0) - compile_s - train_s
             total = t["total"]
-            rows.append(dict(
-                scenario=name, repeat=repeat, envs=[s.env for s in outcome.env_scores],
-                steps=[s.total_timesteps for s in outcome.env_scores], seeds=seeds,
-                import_s=t.get("import", 0.0), preload_s=t.get("preload", 0.0),
-                wait_s=t.get("wait_worker", 0.0), handoff_s=handoff, teardown_s=t.get("teardown", 0.0),
-                trace_s=t.get("trace", 0.0), verify_s=t.get("load_artifact", 0.0),
-                probes_s=t.get("probes", 0.0), compile_s=compile_s, train_s=train_s, other_s=other,
-                total_s=total, warmup_s=warmup,
-                sandbox_pct=100 * (t.get("wait_worker", 0.0) + handoff + t.get("teardown", 0.0)) / total,
-                fixed_pct=100 * (total - train_s) / total,
-                network=outcome.sandbox.get("network"),
-            ))
+            rows.append(
+                dict(
+                    scenario=name,
+                    repeat=repeat,
+                    envs=[s.env for s in outcome.env_scores],
+                    steps=[s.total_timesteps for s in outcome.env_scores],
+                    seeds=seeds,
+                    import_s=t.get("import", 0.0),
+                    preload_s=t.get("preload", 0.0),
+                    wait_s=t.get("wait_worker", 0.0),
+                    handoff_s=handoff,
+                    teardown_s=t.get("teardown", 0.0),
+                    trace_s=t.get("trace", 0.0),
+                    verify_s=t.get("load_artifact", 0.0),
+                    probes_s=t.get("probes", 0.0),
+                    compile_s=compile_s,
+                    train_s=train_s,
+                    other_s=other,
+                    total_s=total,
+                    warmup_s=warmup,
+                    sandbox_pct=100
+                    * (t.get("wait_worker", 0.0) + handoff + t.get("teardown", 0.0))
+                    / total,
+                    fixed_pct=100 * (total - train_s) / total,
+                    network=outcome.sandbox.get("network"),
+                )
+            )
     return rows
 
 
 def measure_commit(ref: str, argv: list[str]) -> list[dict]:
     """Run `ref`'s own benchmarks/sandbox.py with `argv` in a temporary worktree; its JSON rows."""
-    root = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True,
-                          check=True, cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+    root = subprocess.run(
+        ["git", "rev-parse", "--show-toplevel"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=os.path.dirname(os.path.abspath(__file__)),
+    ).stdout.strip()
     with tempfile.TemporaryDirectory(prefix="metarl-before-") as scratch:
         tree = os.path.join(scratch, "tree")
-        subprocess.run(["git", "-C", root, "worktree", "add", "--detach", tree, ref],
-                       check=True, capture_output=True)
+        subprocess.run(
+            ["git", "-C", root, "worktree", "add", "--detach", tree, ref],
+            check=True,
+            capture_output=True,
+        )
         try:
-            environment = dict(os.environ, PYTHONPATH=tree, METARL_CACHE_DIR=os.path.join(scratch, "cache"))
-            done = subprocess.run([sys.executable, os.path.join(tree, "benchmarks", "sandbox.py"), *argv, "--json"],
-                                  cwd=tree, env=environment, capture_output=True, text=True)
+            environment = dict(
+                os.environ, PYTHONPATH=tree, METARL_CACHE_DIR=os.path.join(scratch, "cache")
+            )
+            done = subprocess.run(
+                [sys.executable, os.path.join(tree, "benchmarks", "sandbox.py"), *argv, "--json"],
+                cwd=tree,
+                env=environment,
+                capture_output=True,
+                text=True,
+            )
             if done.returncode != 0:
                 raise SystemExit(f"{ref}: its benchmark failed:\n{done.stderr[-2000:]}")
-            rows = json.loads(done.stdout[done.stdout.index("\n[") + 1:])
+            rows = json.loads(done.stdout[done.stdout.index("\n[") + 1 :])
         finally:
-            subprocess.run(["git", "-C", root, "worktree", "remove", "--force", tree], capture_output=True)
+            subprocess.run(
+                ["git", "-C", root, "worktree", "remove", "--force", tree], capture_output=True
+            )
     for row in rows:
         row["scenario"] = f"{row['scenario']} @ {ref}"
     return rows
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--scenarios", nargs="+", default=list(SCENARIOS), choices=list(SCENARIOS))
     parser.add_argument("--seeds", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--cartpole-timesteps", type=int, default=500_000)
-    parser.add_argument("--breakout-timesteps", type=int, default=None,
-                        help="default: 1e7 on a GPU, 1e6 on a CPU")
-    parser.add_argument("--classic-timesteps", type=int, default=None, help="default: the suite's 5e5")
+    parser.add_argument(
+        "--breakout-timesteps", type=int, default=None, help="default: 1e7 on a GPU, 1e6 on a CPU"
+    )
+    parser.add_argument(
+        "--classic-timesteps", type=int, default=None, help="default: the suite's 5e5"
+    )
     parser.add_argument("--quick", action="store_true", help="tiny budgets, 1 seed: a sanity check")
     parser.add_argument("--json", action="store_true", help="also print the raw rows as JSON")
-    parser.add_argument("--before", metavar="REF", help="also run REF's copy of this benchmark (git worktree)")
+    parser.add_argument(
+        "--before", metavar="REF", help="also run REF's copy of this benchmark (git worktree)"
+    )
     args = parser.parse_args()
 
-    import metarl  # noqa: F401 - XLA flags before jax
     import jax
     from rich.console import Console
     from rich.table import Table
+
+    import metarl  # noqa: F401 - XLA flags before jax
 
     gpu = jax.default_backend() != "cpu"
     timesteps = {
@@ -163,17 +215,49 @@ def main() -> None:
         rows.extend(measure_commit(args.before, argv))
 
     table = Table(title=f"sandbox overhead per candidate · {_device()}")
-    for column in ("scenario", "steps x seeds", "import", "preload", "wait", "hand-off", "teardown",
-                   "trace+export", "verify", "probes+load", "compile", "train", "other", "total", "sandbox %", "fixed %"):
+    for column in (
+        "scenario",
+        "steps x seeds",
+        "import",
+        "preload",
+        "wait",
+        "hand-off",
+        "teardown",
+        "trace+export",
+        "verify",
+        "probes+load",
+        "compile",
+        "train",
+        "other",
+        "total",
+        "sandbox %",
+        "fixed %",
+    ):
         table.add_column(column, justify="left" if column == "scenario" else "right")
     for row in rows:
         budget = " + ".join(f"{s:.0e}".replace("e+0", "e") for s in row["steps"])
         table.add_row(
-            row["scenario"], f"{budget} x {row['seeds']}",
-            *(f"{row[k]:.2f}" if k in row else "-"
-              for k in ("import_s", "preload_s", "wait_s", "handoff_s", "teardown_s",
-                        "trace_s", "verify_s", "probes_s", "compile_s", "train_s", "other_s", "total_s")),
-            f"{row['sandbox_pct']:.1f}", f"{row['fixed_pct']:.1f}",
+            row["scenario"],
+            f"{budget} x {row['seeds']}",
+            *(
+                f"{row[k]:.2f}" if k in row else "-"
+                for k in (
+                    "import_s",
+                    "preload_s",
+                    "wait_s",
+                    "handoff_s",
+                    "teardown_s",
+                    "trace_s",
+                    "verify_s",
+                    "probes_s",
+                    "compile_s",
+                    "train_s",
+                    "other_s",
+                    "total_s",
+                )
+            ),
+            f"{row['sandbox_pct']:.1f}",
+            f"{row['fixed_pct']:.1f}",
         )
     console = Console(width=180)
     console.print(table)

@@ -11,8 +11,17 @@ from pathlib import Path
 import pytest
 
 # The smallest real discovery setting: CartPole only, 8192 steps, one seed, no time limit.
-TINY_DISCOVER = ["--suite", "smoke", "--timesteps", "8192", "--seeds", "1", "--max-time", "none",
-                 "--no-live"]
+TINY_DISCOVER = [
+    "--suite",
+    "smoke",
+    "--timesteps",
+    "8192",
+    "--seeds",
+    "1",
+    "--max-time",
+    "none",
+    "--no-live",
+]
 
 
 @pytest.fixture(scope="session")
@@ -34,12 +43,16 @@ def isolated_cache(metarl_cache):
     return metarl_cache
 
 
-def metarl_cli(*args: str, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
+def metarl_cli(
+    *args: str, timeout: float = 600, env: dict | None = None
+) -> subprocess.CompletedProcess:
     """`metarl ARGS` in a fresh process (as a user runs it)."""
     return subprocess.run(
         [sys.executable, "-c", "from metarl.cli.app import main; main()", *args],
-        capture_output=True, text=True,
-        timeout=timeout, env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
     )
 
 

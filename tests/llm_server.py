@@ -208,7 +208,9 @@ def main() -> None:
     script = []
     if args.script:
         with open(args.script) as handle:
-            script = [item if isinstance(item, str) else Reply(**item) for item in json.load(handle)]
+            script = [
+                item if isinstance(item, str) else Reply(**item) for item in json.load(handle)
+            ]
     server = ScriptedLLMServer(script, port=args.port)
     server.start()
     print(f"serving on {server.api_base}", flush=True)

@@ -15,31 +15,67 @@ import pytest
 from metarl.archives import SCHEMA_VERSION, Archive, ArchiveError
 from metarl.archives.queries import export_csv, export_json, leaderboard, lineage, run_summary
 from metarl.archives.store import decode_outcome
-from metarl.evaluators.outcome import EnvScore, Outcome
+from metarl.evaluation.outcome import EnvScore, Outcome
 
 
 def _outcome(fitness: float | None = 1.1, passed: bool = True, stage: str = "full", reason=None):
     envs = []
     if passed:
         envs = [
-            EnvScore("CartPole-v1", [0, 1], 8192, [200.0, 180.0], 190.0, 10.0, fitness, 170.0, 20.0,
-                     curve_steps=list(range(0, 200, 2)), curve=[float(i) for i in range(100)],
-                     compile_s=5.0, run_s=2.0, steps_per_s=8000.0),
-            EnvScore("Catch-bsuite", [0, 1], 8192, [0.5, 0.4], 0.45, 0.05, 0.7, 0.6, -0.5,
-                     heldout=True),
+            EnvScore(
+                "CartPole-v1",
+                [0, 1],
+                8192,
+                [200.0, 180.0],
+                190.0,
+                10.0,
+                fitness,
+                170.0,
+                20.0,
+                curve_steps=list(range(0, 200, 2)),
+                curve=[float(i) for i in range(100)],
+                compile_s=5.0,
+                run_s=2.0,
+                steps_per_s=8000.0,
+            ),
+            EnvScore(
+                "Catch-bsuite", [0, 1], 8192, [0.5, 0.4], 0.45, 0.05, 0.7, 0.6, -0.5, heldout=True
+            ),
         ]
-    return Outcome(passed=passed, stage=stage, reason=reason, env_scores=envs,
-                   fitness=fitness if passed else None, heldout=0.7 if passed else None,
-                   fingerprint="fp" + str(fitness), timings={"probes": 1.0, "full": 7.0, "total": 8.5})
+    return Outcome(
+        passed=passed,
+        stage=stage,
+        reason=reason,
+        env_scores=envs,
+        fitness=fitness if passed else None,
+        heldout=0.7 if passed else None,
+        fingerprint="fp" + str(fitness),
+        timings={"probes": 1.0, "full": 7.0, "total": 8.5},
+    )
 
 
 def _row(run_id: str, seq: int, **extra) -> dict:
     row = {
-        "id": f"{run_id}-{seq}", "run_id": run_id, "seq": seq, "task": "drift", "suite": "smoke",
-        "hash": f"h{seq}", "code": f"def drift(ratio, advantage, epsilon):\n    return {seq} * ratio\n",
-        "name": f"cand{seq}", "thought": "t", "parent_ids": [], "generation": 0, "island": 0,
-        "is_seed": 0, "proposer": "mutation:constant", "operator": "constant", "seeds": [0, 1],
-        "total_timesteps": 8192, "eval_key": "k", "versions": {"jax": "0.9.2"}, "device": "cpu",
+        "id": f"{run_id}-{seq}",
+        "run_id": run_id,
+        "seq": seq,
+        "task": "drift",
+        "suite": "smoke",
+        "hash": f"h{seq}",
+        "code": f"def drift(ratio, advantage, epsilon):\n    return {seq} * ratio\n",
+        "name": f"cand{seq}",
+        "thought": "t",
+        "parent_ids": [],
+        "generation": 0,
+        "island": 0,
+        "is_seed": 0,
+        "proposer": "mutation:constant",
+        "operator": "constant",
+        "seeds": [0, 1],
+        "total_timesteps": 8192,
+        "eval_key": "k",
+        "versions": {"jax": "0.9.2"},
+        "device": "cpu",
     }
     row.update(extra)
     return row
@@ -62,14 +98,25 @@ def test_create_schema_wal_and_version(archive):
 
 
 def test_candidate_round_trip(archive):
-    run = archive.create_run(task="drift", suite="smoke", proposer="mutation", config={"a": 1},
-                             state={"x": [1, 2]})
+    run = archive.create_run(
+        task="drift", suite="smoke", proposer="mutation", config={"a": 1}, state={"x": [1, 2]}
+    )
     assert run == "r1"
     outcome = _outcome(1.25)
     archive.record_candidate(
-        _row(run, 0, is_seed=1, name="ppo_clip"), outcome,
-        calls=[{"model": "m", "prompt": [{"role": "user", "content": "hi"}], "reply": "code",
-                "prompt_tokens": 10, "completion_tokens": 5, "cost_usd": None, "latency_s": 0.5}],
+        _row(run, 0, is_seed=1, name="ppo_clip"),
+        outcome,
+        calls=[
+            {
+                "model": "m",
+                "prompt": [{"role": "user", "content": "hi"}],
+                "reply": "code",
+                "prompt_tokens": 10,
+                "completion_tokens": 5,
+                "cost_usd": None,
+                "latency_s": 0.5,
+            }
+        ],
         messages=[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}],
         run_update={"state": {"x": [3]}, "candidates_count": 1},
     )
@@ -94,7 +141,9 @@ def test_failure_and_duplicate_status(archive):
     run = archive.create_run(task="drift", suite="smoke")
     archive.record_candidate(_row(run, 0), Outcome.failure("probes", "NaN at ratio 0"))
     archive.record_candidate(_row(run, 1), Outcome.failure("probes", "same", duplicate_of="r1-0"))
-    archive.record_candidate(_row(run, 2, code=None, hash=None), Outcome.failure("propose", "no code"))
+    archive.record_candidate(
+        _row(run, 2, code=None, hash=None), Outcome.failure("propose", "no code")
+    )
     statuses = [archive.candidate(f"r1-{i}")["status"] for i in range(3)]
     assert statuses == ["failed", "duplicate", "no_code"]
     assert archive.candidate("r1-0")["reason"] == "NaN at ratio 0"
@@ -104,14 +153,14 @@ def test_failure_and_duplicate_status(archive):
 def test_transaction_is_atomic(archive):
     run = archive.create_run(task="drift", suite="smoke")
     with pytest.raises(RuntimeError):
-        with archive.transaction() as db:
+        with archive.transaction():
             archive.record_candidate(_row(run, 0), _outcome(1.0))
             raise RuntimeError("killed mid-write")
     assert not archive.has_candidate("r1-0")
     assert archive.query("SELECT count(*) AS n FROM evaluations")[0]["n"] == 0
     # a failing insert inside record_candidate rolls back its evaluations too
     archive.record_candidate(_row(run, 0), _outcome(1.0))
-    with pytest.raises(Exception):
+    with pytest.raises(sqlite3.IntegrityError):
         archive.record_candidate(_row(run, 0), _outcome(1.0))  # duplicate primary key
     assert archive.query("SELECT count(*) AS n FROM evaluations")[0]["n"] == 2
 
@@ -121,8 +170,10 @@ def test_leaderboard_lineage_and_cache(archive):
     archive.record_candidate(_row(run, 0, is_seed=1, name="ppo_clip"), _outcome(1.0))
     archive.record_candidate(_row(run, 1, parent_ids=["r1-0"], generation=1), _outcome(1.3))
     archive.record_candidate(_row(run, 2, parent_ids=["r1-1", "r1-0"], generation=2), _outcome(0.9))
-    archive.record_candidate(_row(run, 3, parent_ids=["r1-2"], generation=3),
-                             Outcome.failure("short", "far below the seed"))
+    archive.record_candidate(
+        _row(run, 3, parent_ids=["r1-2"], generation=3),
+        Outcome.failure("short", "far below the seed"),
+    )
     archive.record_confirmation("r1-1", _outcome(1.2), run_id=run)
     board = leaderboard(archive, run_id=run)
     assert [r.id for r in board.rows] == ["r1-1", "r1-0", "r1-2"]  # failures never ranked
@@ -228,7 +279,9 @@ def test_reader_process_during_writes(tmp_path):
             time.sleep(0.01)
         print(seen)
     """)
-    proc = subprocess.Popen([sys.executable, "-c", reader], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", reader], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     for seq in range(30):
         with store.transaction():
             store.record_candidate(_row(run, seq), _outcome(1.0))

@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 from jax import export as jax_export
 
-from metarl.evaluators import artifact
-from metarl.evaluators.artifact import ArtifactRejected, ElementSignature
-from metarl.evaluators.configs import default_config
-from metarl.evaluators.ppo import Components
-from metarl.evaluators.text import clean
-from metarl.evaluators.training import run_training
+from metarl.evaluation.text import clean
+from metarl.rl import artifact
+from metarl.rl.artifact import ArtifactRejected
+from metarl.rl.components import Components
+from metarl.rl.configs import default_config
+from metarl.rl.training import run_training
 from metarl.tasks import get_task
 from metarl.tasks.candidate import load_function
 
@@ -31,7 +31,7 @@ SIGNATURE = DRIFT.element_signature
 
 
 def honest(task, source=None):
-    function = load_function(source or task.baseline().source, task.function_name)
+    function = load_function(source or task.baseline_program().source, task.function_name)
     return artifact.export_variants(task.per_element(function), task.element_signature, "cpu")
 
 
@@ -40,7 +40,9 @@ def forged(function, *, vmapped=False, disabled=()):
     (n,) = jax_export.symbolic_shape("n")
     spec = jax.ShapeDtypeStruct((n,), jnp.float32)
     target = jax.vmap(function) if vmapped else function
-    exported = jax_export.export(jax.jit(target), platforms=["cpu"], disabled_checks=list(disabled))(spec, spec)
+    exported = jax_export.export(
+        jax.jit(target), platforms=["cpu"], disabled_checks=list(disabled)
+    )(spec, spec)
     return {"epsilon=0.2": bytes(exported.serialize(vjp_order=1))}
 
 
@@ -57,8 +59,16 @@ def test_honest_seed_artifacts_verify_and_reproduce_ppo_bit_for_bit():
 @pytest.mark.parametrize(
     "name, function, reason",
     [
-        ("mean over the batch", lambda r, a: jax.nn.relu(r - jnp.mean(r)) * a, "reduction over the batch"),
-        ("batch size as a value", lambda r, a: jax.nn.relu(r - 1.0) * r.shape[0], "size of the batch"),
+        (
+            "mean over the batch",
+            lambda r, a: jax.nn.relu(r - jnp.mean(r)) * a,
+            "reduction over the batch",
+        ),
+        (
+            "batch size as a value",
+            lambda r, a: jax.nn.relu(r - 1.0) * r.shape[0],
+            "size of the batch",
+        ),
         ("positions", lambda r, a: jax.nn.relu(r - 1.0) * jnp.arange(r.shape[0]), "batch axis"),
         ("sorted", lambda r, a: jnp.sort(r) * a, "sort along the batch axis"),
         ("cumulative", lambda r, a: jnp.cumsum(r) * a, "batch"),
@@ -81,8 +91,8 @@ module @forged {
   }
 }"""
     bodies = {
-        "custom call": 'stablehlo.custom_call @xla_python_cpu_callback(%arg0) '
-                       '{api_version = 2 : i32, has_side_effect = true} : (tensor<?xf32>) -> tensor<?xf32>',
+        "custom call": "stablehlo.custom_call @xla_python_cpu_callback(%arg0) "
+        "{api_version = 2 : i32, has_side_effect = true} : (tensor<?xf32>) -> tensor<?xf32>",
         "not allowed": '"stablehlo.optimization_barrier"(%arg0) : (tensor<?xf32>) -> tensor<?xf32>',
     }
     for reason, body in bodies.items():
@@ -92,8 +102,9 @@ module @forged {
             continue
         with pytest.raises(ArtifactRejected, match=reason):
             artifact.check_module(text)
-    outfeed = template.replace("%0 = BODY\n", '%t = stablehlo.after_all : !stablehlo.token\n').replace(
-        "return %0", "return %arg0")
+    outfeed = template.replace(
+        "%0 = BODY\n", "%t = stablehlo.after_all : !stablehlo.token\n"
+    ).replace("return %0", "return %arg0")
     with pytest.raises(ArtifactRejected, match="not allowed"):
         artifact.check_module(outfeed)
 
@@ -128,7 +139,9 @@ def test_wrong_signatures_are_refused():
     spec = jax.ShapeDtypeStruct((n,), jnp.float32)
     as_int = jax_export.export(jax.jit(lambda r, a: (r * a).astype(jnp.int32)))(spec, spec)
     with pytest.raises(ArtifactRejected, match="output 0 is int32"):
-        artifact.load_variants({"epsilon=0.2": bytes(as_int.serialize(vjp_order=0))}, SIGNATURE, "cpu")
+        artifact.load_variants(
+            {"epsilon=0.2": bytes(as_int.serialize(vjp_order=0))}, SIGNATURE, "cpu"
+        )
 
 
 def test_variant_names_and_encoding_are_checked():
@@ -143,21 +156,28 @@ def test_variant_names_and_encoding_are_checked():
 
 
 def test_an_element_never_depends_on_how_many_are_computed_with_it():
-    calls = artifact.load_variants(honest(DRIFT, DRIFT.seed("lpo").source), SIGNATURE, "cpu")
+    calls = artifact.load_variants(honest(DRIFT, DRIFT.seed_program("lpo").source), SIGNATURE, "cpu")
     drift = DRIFT.assemble(calls)
     rng = np.random.default_rng(0)
     ratio = jnp.asarray(np.exp(rng.normal(0, 0.5, (8, 96))), jnp.float32)
     advantage = jnp.asarray(rng.normal(0, 1, (8, 96)), jnp.float32)
-    alone = np.stack([np.asarray(jax.jit(drift, static_argnums=2)(ratio[i], advantage[i], 0.2)) for i in range(8)])
+    alone = np.stack(
+        [
+            np.asarray(jax.jit(drift, static_argnums=2)(ratio[i], advantage[i], 0.2))
+            for i in range(8)
+        ]
+    )
     batched = np.asarray(jax.jit(jax.vmap(lambda r, a: drift(r, a, 0.2)))(ratio, advantage))
-    nested = np.asarray(jax.jit(jax.vmap(jax.vmap(lambda r, a: drift(r, a, 0.2))))(
-        ratio.reshape(2, 4, 96), advantage.reshape(2, 4, 96)
-    )).reshape(8, 96)
+    nested = np.asarray(
+        jax.jit(jax.vmap(jax.vmap(lambda r, a: drift(r, a, 0.2))))(
+            ratio.reshape(2, 4, 96), advantage.reshape(2, 4, 96)
+        )
+    ).reshape(8, 96)
     assert np.array_equal(alone, batched) and np.array_equal(batched, nested)
 
 
 def test_the_exported_vjp_matches_the_candidates_own_gradient():
-    source = DRIFT.seed("lpo").source
+    source = DRIFT.seed_program("lpo").source
     calls = artifact.load_variants(honest(DRIFT, source), SIGNATURE, "cpu")
     drift = DRIFT.assemble(calls)
     original = load_function(source, "drift")

@@ -23,14 +23,16 @@ from pathlib import Path
 import psutil
 import pytest
 
-from metarl.evaluators.cascade import CascadeSettings, Evaluator, evaluate_source
-from metarl.evaluators.outcome import Outcome
+from metarl.evaluation.cascade import CascadeSettings, Evaluator, evaluate_source
+from metarl.evaluation.outcome import Outcome
 from metarl.tasks import get_task
 
 CORPUS = Path(__file__).parent / "bad_candidates"
 # 4500 steps is not a whole number of updates (4 envs x 128 steps): the trainer runs 8 updates,
 # 4096 steps, and the parent's check of the returned runs must expect exactly that.
-BASE = dict(suite="smoke", seeds=1, total_timesteps=4500, short_timesteps=4096, timeout_s=60, probe_seed=0)
+BASE = dict(
+    suite="smoke", seeds=1, total_timesteps=4500, short_timesteps=4096, timeout_s=60, probe_seed=0
+)
 MARKERS = "/tmp/metarl-bad-candidate-was-here*"
 
 
@@ -67,7 +69,7 @@ def seed_outcomes():
     """Every seed through the full cascade (baseline seeds first: their run is the baseline)."""
     with Evaluator(CascadeSettings(**BASE), workers=1) as evaluator:
         return {
-            (task, name): evaluator.evaluate(get_task(task).seed(name).source, task)
+            (task, name): evaluator.evaluate(get_task(task).seed_program(name).source, task)
             for task, name in SEEDS
         }
 
@@ -104,7 +106,10 @@ def test_an_optimizer_that_never_learns_is_stopped_by_the_short_run():
     )
     outcome = evaluate_source(frozen, "optimizer", CascadeSettings(**BASE))
     assert not outcome.passed and outcome.stage == "short"
-    assert "short run: normalised score" in outcome.reason and "below the threshold 0.25" in outcome.reason
+    assert (
+        "short run: normalised score" in outcome.reason
+        and "below the threshold 0.25" in outcome.reason
+    )
     assert [s.stage for s in outcome.env_scores] == ["short"]
     assert outcome.env_scores[0].normalised < 0.25
     assert outcome.fitness is None
@@ -129,7 +134,10 @@ def test_baseline_helper_returns_cached_runs(seed_outcomes):
     with Evaluator(CascadeSettings(**BASE), workers=1, prewarm=False) as evaluator:
         runs = evaluator.baseline("drift")
     assert list(runs) == ["CartPole-v1"]
-    assert runs["CartPole-v1"].final_returns == seed_outcomes[("drift", "ppo_clip")].env_scores[0].returns
+    assert (
+        runs["CartPole-v1"].final_returns
+        == seed_outcomes[("drift", "ppo_clip")].env_scores[0].returns
+    )
 
 
 def test_outcome_round_trips_through_json(seed_outcomes):
@@ -198,8 +206,10 @@ def test_workers_write_only_cache_entries_outside_their_temp_dir(cache_dir, corp
 
 @pytest.mark.slow
 def test_classic_suite_scores_held_out_envs_separately():
-    settings = CascadeSettings(suite="classic", seeds=1, total_timesteps=4096, short_timesteps=4096, timeout_s=600)
-    outcome = evaluate_source(get_task("drift").seed("lpo").source, "drift", settings)
+    settings = CascadeSettings(
+        suite="classic", seeds=1, total_timesteps=4096, short_timesteps=4096, timeout_s=600
+    )
+    outcome = evaluate_source(get_task("drift").seed_program("lpo").source, "drift", settings)
     assert outcome.passed, outcome.reason
     envs = {(s.env, s.heldout) for s in outcome.env_scores if s.stage == "full"}
     assert envs == {("CartPole-v1", False), ("Acrobot-v1", False), ("Catch-bsuite", True)}

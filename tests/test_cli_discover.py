@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from metarl.archives import Archive
 from metarl.cli.app import app
-from metarl.evaluators.outcome import EnvScore, Outcome
+from metarl.evaluation.outcome import EnvScore, Outcome
 
 runner = CliRunner()
 
@@ -22,7 +22,9 @@ def invoke(*args: str):
 
 def assert_user_error(result, *fragments: str) -> None:
     assert result.exit_code != 0, result.output
-    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(
+        result.exception
+    )
     assert "Traceback" not in result.output
     lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
     assert len(lines) == 1, result.stderr
@@ -34,30 +36,91 @@ def assert_user_error(result, *fragments: str) -> None:
 def archive_path(tmp_path):
     """A small archive written directly (no training): one run, a seed, a child, a failure."""
     path = tmp_path / "a.db"
-    env = EnvScore("CartPole-v1", [0], 8192, [40.0], 40.0, 0.0, 1.0, 40.0, 20.0,
-                   curve_steps=[0, 4096], curve=[20.0, 40.0])
+    env = EnvScore(
+        "CartPole-v1",
+        [0],
+        8192,
+        [40.0],
+        40.0,
+        0.0,
+        1.0,
+        40.0,
+        20.0,
+        curve_steps=[0, 4096],
+        curve=[20.0, 40.0],
+    )
     with Archive(path) as archive:
-        run = archive.create_run(task="drift", suite="smoke", proposer="mutation", budget_candidates=2,
-                                 config={"task": "drift", "suite": "smoke", "seeds": 1, "timesteps": 8192,
-                                         "budget": 2},
-                                 state={"version": 1})
-        base = {"run_id": run, "task": "drift", "suite": "smoke", "seeds": [0], "total_timesteps": 8192,
-                "eval_key": "k", "generation": 0, "is_seed": 0}
-        archive.record_candidate({**base, "id": "r1-0", "seq": 0, "hash": "aaaa1111", "name": "ppo_clip",
-                                  "code": "def drift(ratio, advantage, epsilon):\n    return ratio * 0\n",
-                                  "is_seed": 1, "proposer": "seed", "parent_ids": []},
-                                 Outcome(True, "full", env_scores=[env], fitness=1.0))
-        archive.record_candidate({**base, "id": "r1-1", "seq": 1, "hash": "bbbb2222", "name": "ppo_clip.x",
-                                  "code": "def drift(ratio, advantage, epsilon):\n    return ratio * 0.0\n",
-                                  "parent_ids": ["r1-0"], "generation": 1, "proposer": "mutation:constant",
-                                  "thought": "constant 0 -> 0.0"},
-                                 Outcome(True, "full", env_scores=[env], fitness=1.2),
-                                 calls=[{"model": "m", "prompt": [{"role": "user", "content": "write"}],
-                                         "reply": "ok", "prompt_tokens": 5, "completion_tokens": 2,
-                                         "cost_usd": 0.001, "latency_s": 0.3}])
-        archive.record_candidate({**base, "id": "r1-2", "seq": 2, "hash": "cccc3333", "name": "bad",
-                                  "code": "import os\n", "parent_ids": ["r1-1"], "generation": 1},
-                                 Outcome.failure("static", "line 1: import of os is not allowed"))
+        run = archive.create_run(
+            task="drift",
+            suite="smoke",
+            proposer="mutation",
+            budget_candidates=2,
+            config={"task": "drift", "suite": "smoke", "seeds": 1, "timesteps": 8192, "budget": 2},
+            state={"version": 1},
+        )
+        base = {
+            "run_id": run,
+            "task": "drift",
+            "suite": "smoke",
+            "seeds": [0],
+            "total_timesteps": 8192,
+            "eval_key": "k",
+            "generation": 0,
+            "is_seed": 0,
+        }
+        archive.record_candidate(
+            {
+                **base,
+                "id": "r1-0",
+                "seq": 0,
+                "hash": "aaaa1111",
+                "name": "ppo_clip",
+                "code": "def drift(ratio, advantage, epsilon):\n    return ratio * 0\n",
+                "is_seed": 1,
+                "proposer": "seed",
+                "parent_ids": [],
+            },
+            Outcome(True, "full", env_scores=[env], fitness=1.0),
+        )
+        archive.record_candidate(
+            {
+                **base,
+                "id": "r1-1",
+                "seq": 1,
+                "hash": "bbbb2222",
+                "name": "ppo_clip.x",
+                "code": "def drift(ratio, advantage, epsilon):\n    return ratio * 0.0\n",
+                "parent_ids": ["r1-0"],
+                "generation": 1,
+                "proposer": "mutation:constant",
+                "thought": "constant 0 -> 0.0",
+            },
+            Outcome(True, "full", env_scores=[env], fitness=1.2),
+            calls=[
+                {
+                    "model": "m",
+                    "prompt": [{"role": "user", "content": "write"}],
+                    "reply": "ok",
+                    "prompt_tokens": 5,
+                    "completion_tokens": 2,
+                    "cost_usd": 0.001,
+                    "latency_s": 0.3,
+                }
+            ],
+        )
+        archive.record_candidate(
+            {
+                **base,
+                "id": "r1-2",
+                "seq": 2,
+                "hash": "cccc3333",
+                "name": "bad",
+                "code": "import os\n",
+                "parent_ids": ["r1-1"],
+                "generation": 1,
+            },
+            Outcome.failure("static", "line 1: import of os is not allowed"),
+        )
     return str(path)
 
 
@@ -68,11 +131,27 @@ def test_read_commands_render(archive_path):
     result = invoke("leaderboard", "--archive", archive_path)
     assert result.exit_code == 0 and "ppo_clip.x" in result.stdout and "seed" in result.stdout
     assert "bad" not in result.stdout  # failures are not ranked
-    result = invoke("leaderboard", "--all", "--task", "drift", "--suite", "smoke", "--archive", archive_path, "--json")
+    result = invoke(
+        "leaderboard",
+        "--all",
+        "--task",
+        "drift",
+        "--suite",
+        "smoke",
+        "--archive",
+        archive_path,
+        "--json",
+    )
     assert result.exit_code == 0 and json.loads(result.stdout)[0]["id"] == "r1-1"
     result = invoke("show", "r1-1", "--archive", archive_path)
     assert result.exit_code == 0
-    for fragment in ("constant 0 -> 0.0", "return ratio * 0.0", "CartPole-v1", "LLM call 1/1", "model m"):
+    for fragment in (
+        "constant 0 -> 0.0",
+        "return ratio * 0.0",
+        "CartPole-v1",
+        "LLM call 1/1",
+        "model m",
+    ):
         assert fragment in result.stdout
     result = invoke("show", "cccc", "--archive", archive_path)  # a hash prefix works too
     assert result.exit_code == 0 and "import of os is not allowed" in result.stdout
@@ -95,37 +174,73 @@ def test_help_has_examples():
 # -- user errors: one line, non-zero, no traceback ------------------------------------------------
 
 
-@pytest.mark.parametrize("command", [
-    ["leaderboard"], ["show", "r1-1"], ["lineage", "r1-1"], ["runs"], ["export", "r1"],
-    ["resume", "r1"], ["discover", "--resume", "r1"],
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["leaderboard"],
+        ["show", "r1-1"],
+        ["lineage", "r1-1"],
+        ["runs"],
+        ["export", "r1"],
+        ["resume", "r1"],
+        ["discover", "--resume", "r1"],
+    ],
+)
 def test_missing_archive(command, tmp_path):
     assert_user_error(invoke(*command, "--archive", str(tmp_path / "nope.db")), "no archive at")
 
 
 def test_unknown_run_and_candidate(archive_path):
-    assert_user_error(invoke("leaderboard", "--run", "r9", "--archive", archive_path), "no run 'r9'", "r1")
+    assert_user_error(
+        invoke("leaderboard", "--run", "r9", "--archive", archive_path), "no run 'r9'", "r1"
+    )
     assert_user_error(invoke("export", "r9", "--archive", archive_path), "no run 'r9'")
     assert_user_error(invoke("resume", "r9", "--archive", archive_path), "no run 'r9'")
-    assert_user_error(invoke("discover", "--resume", "r9", "--archive", archive_path), "no run 'r9'")
+    assert_user_error(
+        invoke("discover", "--resume", "r9", "--archive", archive_path), "no run 'r9'"
+    )
     assert_user_error(invoke("show", "r1-99", "--archive", archive_path), "no candidate 'r1-99'")
     assert_user_error(invoke("lineage", "zzzzzz", "--archive", archive_path), "no candidate")
 
 
 def test_bad_names(archive_path, tmp_path):
     db = str(tmp_path / "new.db")
-    assert_user_error(invoke("discover", "--suite", "atari", "--archive", db, "--no-live"), "unknown suite 'atari'", "classic")
-    assert_user_error(invoke("discover", "--task", "value", "--archive", db, "--no-live"), "unknown task 'value'", "drift")
-    assert_user_error(invoke("discover", "--proposer", "gpt", "--archive", db, "--no-live"), "unknown proposer")
-    assert_user_error(invoke("discover", "--proposer", "llm", "--archive", db, "--no-live"), "--model")
-    assert_user_error(invoke("discover", "--mode", "chat", "--archive", db, "--no-live"), "unknown mode")
+    assert_user_error(
+        invoke("discover", "--suite", "atari", "--archive", db, "--no-live"),
+        "unknown suite 'atari'",
+        "classic",
+    )
+    assert_user_error(
+        invoke("discover", "--task", "value", "--archive", db, "--no-live"),
+        "unknown task 'value'",
+        "drift",
+    )
+    assert_user_error(
+        invoke("discover", "--proposer", "gpt", "--archive", db, "--no-live"), "unknown proposer"
+    )
+    assert_user_error(
+        invoke("discover", "--proposer", "llm", "--archive", db, "--no-live"), "--model"
+    )
+    assert_user_error(
+        invoke("discover", "--mode", "chat", "--archive", db, "--no-live"), "unknown mode"
+    )
     assert_user_error(invoke("discover", "--budget", "-1", "--archive", db, "--no-live"), "budget")
-    assert_user_error(invoke("leaderboard", "--suite", "atari", "--archive", archive_path), "unknown suite")
-    assert_user_error(invoke("leaderboard", "--task", "value", "--archive", archive_path), "unknown task")
-    assert_user_error(invoke("leaderboard", "--run", "r1", "--all", "--archive", archive_path), "either --run")
-    assert_user_error(invoke("export", "r1", "--format", "xml", "--archive", archive_path), "unknown format")
-    assert_user_error(invoke("export", "r1", "-o", str(tmp_path / "no" / "x.json"), "--archive", archive_path),
-                      "does not exist")
+    assert_user_error(
+        invoke("leaderboard", "--suite", "atari", "--archive", archive_path), "unknown suite"
+    )
+    assert_user_error(
+        invoke("leaderboard", "--task", "value", "--archive", archive_path), "unknown task"
+    )
+    assert_user_error(
+        invoke("leaderboard", "--run", "r1", "--all", "--archive", archive_path), "either --run"
+    )
+    assert_user_error(
+        invoke("export", "r1", "--format", "xml", "--archive", archive_path), "unknown format"
+    )
+    assert_user_error(
+        invoke("export", "r1", "-o", str(tmp_path / "no" / "x.json"), "--archive", archive_path),
+        "does not exist",
+    )
     assert not (tmp_path / "new.db").exists() or Archive(db).runs() == []  # nothing was started
 
 
@@ -140,33 +255,54 @@ def test_bad_archive_files(tmp_path):
     conn.close()
     assert_user_error(invoke("leaderboard", "--archive", str(other)), "not a metarl archive")
     assert_user_error(invoke("runs", "--archive", str(tmp_path)), "is a directory")
-    assert_user_error(invoke("discover", "--archive", str(tmp_path / "no" / "x.db"), "--no-live"), "does not exist")
+    assert_user_error(
+        invoke("discover", "--archive", str(tmp_path / "no" / "x.db"), "--no-live"),
+        "does not exist",
+    )
     empty = tmp_path / "empty.db"
     Archive(empty).close()
     assert_user_error(invoke("leaderboard", "--archive", str(empty)), "no runs")
 
 
-@pytest.mark.parametrize("content,fragment", [
-    ("budget = [1, 2", "not valid TOML"),
-    ("bugdet = 3", "unknown option 'bugdet'"),
-    ("budget = 'many'", "must be an integer"),
-    ("confirm = 1", "must be true or false"),
-    ("suite = 'atari'", "unknown suite"),
-    ("[discover]\nworkers = 0", "workers must be at least 1"),
-    ("discover = 3", "[discover] must be a table"),
-])
+@pytest.mark.parametrize(
+    "content,fragment",
+    [
+        ("budget = [1, 2", "not valid TOML"),
+        ("bugdet = 3", "unknown option 'bugdet'"),
+        ("budget = 'many'", "must be an integer"),
+        ("confirm = 1", "must be true or false"),
+        ("suite = 'atari'", "unknown suite"),
+        ("[discover]\nworkers = 0", "workers must be at least 1"),
+        ("discover = 3", "[discover] must be a table"),
+    ],
+)
 def test_malformed_config(tmp_path, content, fragment):
     config = tmp_path / "discover.toml"
     config.write_text(content)
-    result = invoke("discover", "--config", str(config), "--archive", str(tmp_path / "x.db"), "--no-live")
+    result = invoke(
+        "discover", "--config", str(config), "--archive", str(tmp_path / "x.db"), "--no-live"
+    )
     assert_user_error(result, fragment)
 
 
 def test_missing_config_and_bad_duration(tmp_path):
-    assert_user_error(invoke("discover", "--config", str(tmp_path / "none.toml"), "--no-live",
-                             "--archive", str(tmp_path / "x.db")), "does not exist")
-    result = invoke("discover", "--max-time", "soon", "--archive", str(tmp_path / "x.db"), "--no-live")
-    assert result.exit_code != 0 and "Traceback" not in result.output and "duration" in result.output
+    assert_user_error(
+        invoke(
+            "discover",
+            "--config",
+            str(tmp_path / "none.toml"),
+            "--no-live",
+            "--archive",
+            str(tmp_path / "x.db"),
+        ),
+        "does not exist",
+    )
+    result = invoke(
+        "discover", "--max-time", "soon", "--archive", str(tmp_path / "x.db"), "--no-live"
+    )
+    assert (
+        result.exit_code != 0 and "Traceback" not in result.output and "duration" in result.output
+    )
 
 
 def test_config_file_supplies_defaults(tmp_path):
@@ -175,17 +311,26 @@ def test_config_file_supplies_defaults(tmp_path):
     config = tmp_path / "discover.toml"
     config.write_text('suite = "smoke"\nbudget = 7\n[discover]\nmax-time = 60\nmodel = "a/b"\n')
     resolved = _collect(config, {"budget": 3, "seeds": None})
-    assert (resolved.suite, resolved.budget, resolved.max_time, resolved.models) == ("smoke", 3, 60.0, ["a/b"])
+    assert (resolved.suite, resolved.budget, resolved.max_time, resolved.models) == (
+        "smoke",
+        3,
+        60.0,
+        ["a/b"],
+    )
     assert resolved.confirm_seeds == 2 * resolved.seeds
 
 
 def test_resume_refuses_changed_settings(archive_path):
-    assert_user_error(invoke("discover", "--resume", "r1", "--task", "optimizer", "--archive", archive_path),
-                      "cannot change on resume")
+    assert_user_error(
+        invoke("discover", "--resume", "r1", "--task", "optimizer", "--archive", archive_path),
+        "cannot change on resume",
+    )
 
 
 def test_resume_with_config_file_is_refused(archive_path, tmp_path):
     config = tmp_path / "c.toml"
     config.write_text("budget = 3\n")
-    assert_user_error(invoke("discover", "--resume", "r1", "--config", str(config), "--archive", archive_path),
-                      "cannot be combined")
+    assert_user_error(
+        invoke("discover", "--resume", "r1", "--config", str(config), "--archive", archive_path),
+        "cannot be combined",
+    )

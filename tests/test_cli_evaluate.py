@@ -12,8 +12,18 @@ from metarl.cli.app import app
 from metarl.tasks import get_task
 
 CORPUS = Path(__file__).parent / "bad_candidates"
-TINY = ["--suite", "smoke", "--seeds", "1", "--timesteps", "4096", "--short-timesteps", "4096",
-        "--probe-seed", "0"]
+TINY = [
+    "--suite",
+    "smoke",
+    "--seeds",
+    "1",
+    "--timesteps",
+    "4096",
+    "--short-timesteps",
+    "4096",
+    "--probe-seed",
+    "0",
+]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -26,7 +36,7 @@ def invoke(*args: str):
 
 
 def test_passing_seed_prints_a_table_and_exits_0():
-    path = str(get_task("drift").seed("ppo_clip").path)
+    path = str(get_task("drift").seed_program("ppo_clip").path)
     result = invoke("evaluate", path, "--task", "drift", *TINY)
     assert result.exit_code == 0, result.output
     out = result.stdout
@@ -36,7 +46,7 @@ def test_passing_seed_prints_a_table_and_exits_0():
 
 
 def test_passing_seed_as_json():
-    path = str(get_task("optimizer").seed("adam").path)
+    path = str(get_task("optimizer").seed_program("adam").path)
     result = invoke("evaluate", path, "--task", "optimizer", "--json", *TINY)
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)  # stdout is exactly one JSON object
@@ -44,7 +54,16 @@ def test_passing_seed_as_json():
     assert data["fitness"] == 1.0
     (env,) = data["env_scores"]
     assert env["env"] == "CartPole-v1" and env["normalised"] == 1.0
-    for key in ("mean", "std", "compile_s", "run_s", "steps_per_s", "returns", "baseline_mean", "random_mean"):
+    for key in (
+        "mean",
+        "std",
+        "compile_s",
+        "run_s",
+        "steps_per_s",
+        "returns",
+        "baseline_mean",
+        "random_mean",
+    ):
         assert key in env
 
 
@@ -80,14 +99,17 @@ def test_candidate_prints_stay_out_of_the_json(tmp_path):
     "args, message",
     [
         (["evaluate", "does/not/exist.py", "--task", "drift"], "no such file: does/not/exist.py"),
-        (["evaluate", "{seed}", "--task", "value_loss"], "unknown task 'value_loss'; choose one of: drift, optimizer"),
+        (
+            ["evaluate", "{seed}", "--task", "value_loss"],
+            "unknown task 'value_loss'; choose one of: drift, optimizer",
+        ),
         (["evaluate", "{seed}", "--task", "drift", "--suite", "atari"], "unknown suite 'atari'"),
         (["evaluate", "{seed}", "--task", "drift", "--seeds", "0"], "--seeds must be at least 1"),
         (["evaluate", "{dir}", "--task", "drift"], "not a file"),
     ],
 )
 def test_usage_errors_exit_2_with_one_line_and_no_traceback(args, message):
-    seed = str(get_task("drift").seed("ppo_clip").path)
+    seed = str(get_task("drift").seed_program("ppo_clip").path)
     args = [a.replace("{seed}", seed).replace("{dir}", str(CORPUS)) for a in args]
     result = invoke(*args)
     assert result.exit_code == 2

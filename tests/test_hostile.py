@@ -52,14 +52,12 @@ from __future__ import annotations
 import base64
 import binascii
 import glob
-import hashlib
 import json
 import math
 import os
 import re
 import secrets
 import shutil
-import signal
 import socket
 import sqlite3
 import subprocess
@@ -73,17 +71,22 @@ from pathlib import Path
 import psutil
 import pytest
 
-from metarl.evaluators.cascade import CascadeSettings, Evaluator, evaluate_source
-from metarl.evaluators.static_check import check_task_source
+from metarl.evaluation.cascade import CascadeSettings, Evaluator, evaluate_source
+from metarl.evaluation.static_check import check_task_source
 from metarl.tasks import get_task
 
 pytestmark = pytest.mark.timeout(400)
 
 CORPUS = Path(__file__).parent / "hostile"
-# trace_timeout_s 20 (default 60): the trace-time loops stop sooner; honest tracing takes ~0.5-3 s here
+# trace_timeout_s 20 (default 60): trace-time loops stop sooner; honest tracing takes ~0.5-3 s
 BASE = dict(
-    suite="smoke", seeds=1, total_timesteps=4096, short_timesteps=4096, timeout_s=60,
-    trace_timeout_s=20, probe_seed=0,
+    suite="smoke",
+    seeds=1,
+    total_timesteps=4096,
+    short_timesteps=4096,
+    timeout_s=60,
+    trace_timeout_s=20,
+    probe_seed=0,
 )
 FITNESS_CEILING = 3.0
 MARKER = "metarl-hostile"
@@ -106,7 +109,11 @@ FILES = sorted(CORPUS.glob("*.py"))
 PARALLEL = sorted(
     (p for p in FILES if header(p)["run"] == "parallel"),
     key=lambda p: (
-        0 if re.search(r"loop", header(p)["attack"]) else 1 if header(p)["expect"] == "honest" else 2,
+        0
+        if re.search(r"loop", header(p)["attack"])
+        else 1
+        if header(p)["expect"] == "honest"
+        else 2,
         p.name,
     ),
 )
@@ -224,7 +231,11 @@ class World:
     @staticmethod
     def _shadow_lines() -> list[str]:
         try:
-            return [line for line in Path("/etc/shadow").read_text().splitlines() if line.count(":") >= 2]
+            return [
+                line
+                for line in Path("/etc/shadow").read_text().splitlines()
+                if line.count(":") >= 2
+            ]
         except OSError:
             return []
 
@@ -252,7 +263,9 @@ class World:
         self.cache_snapshot = tree_bytes(self.cache)
         self.home_entries = set(os.listdir(self.home)) if self.home.is_dir() else set()
         self.home_cache_existed = self.home_cache.is_dir()
-        self.home_cache_entries = set(os.listdir(self.home_cache)) if self.home_cache_existed else set()
+        self.home_cache_entries = (
+            set(os.listdir(self.home_cache)) if self.home_cache_existed else set()
+        )
 
     def _listen(self) -> None:
         tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -291,13 +304,20 @@ class World:
             finally:
                 connection.close()
             with self.lock:
-                self.hits.append(f"a connection reached the test's listener {sock.getsockname()!r}: {data!r}")
+                self.hits.append(
+                    f"a connection reached the test's listener {sock.getsockname()!r}: {data!r}"
+                )
 
     def start_sleeper(self) -> None:
         # its exec-time environment holds the canaries: /proc/<pid>/environ shows them
         self.sleeper = subprocess.Popen(
-            ["sleep", "600"], env=dict(os.environ), cwd=self.cwd, start_new_session=True,
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            ["sleep", "600"],
+            env=dict(os.environ),
+            cwd=self.cwd,
+            start_new_session=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
 
     def close(self) -> None:
@@ -339,8 +359,10 @@ class World:
         return found
 
     def inspect(self, stem: str | None, running: set[str] = frozenset()) -> None:
-        """Record (in self.damage) and repair what escaped. Tagged items go to their file (skipped
-        while that file is still being evaluated); untagged ones to `stem` (None: "unattributed")."""
+        """Record (in self.damage) and repair what escaped.
+
+        Tagged items go to their file (skipped while that file is still being evaluated);
+        untagged ones to `stem` (None: "unattributed")."""
         owner = stem or "(unattributed)"
 
         def blame(text: str, tagged_stems: set[str]) -> bool:
@@ -354,7 +376,11 @@ class World:
         # processes, with a grace period for a teardown still under way
         deadline = time.monotonic() + 3.0
         while True:
-            procs = [p for p in self.marker_processes() if not (stems_in(" ".join(p.info["cmdline"] or [])) & running)]
+            procs = [
+                p
+                for p in self.marker_processes()
+                if not (stems_in(" ".join(p.info["cmdline"] or [])) & running)
+            ]
             if not procs or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
@@ -381,7 +407,11 @@ class World:
         # the cache, byte for byte
         now = tree_bytes(self.cache)
         if now != self.cache_snapshot:
-            changed = sorted(k for k in set(now) | set(self.cache_snapshot) if now.get(k) != self.cache_snapshot.get(k))
+            changed = sorted(
+                k
+                for k in set(now) | set(self.cache_snapshot)
+                if now.get(k) != self.cache_snapshot.get(k)
+            )
             blame(f"the baseline cache changed: {changed[:10]}", set())
             for name in set(now) - set(self.cache_snapshot):
                 _unlink(self.cache / name)
@@ -430,7 +460,9 @@ class World:
                 if token in decoded:
                     found.append("canary base64-encoded")
                     break
-        found += [f"/etc/shadow line {line.split(':')[0]!r}" for line in self.shadow if line in text]
+        found += [
+            f"/etc/shadow line {line.split(':')[0]!r}" for line in self.shadow if line in text
+        ]
         return sorted(set(found))
 
 
@@ -448,7 +480,9 @@ def world(metarl_cache, tmp_path_factory):
         evaluator.references("drift")
         evaluator.references("optimizer")
     assert list((metarl_cache / "baselines").glob("*.json")), "the baselines were not cached"
-    the_world = World(tmp_path_factory.mktemp("hostile-cwd"), metarl_cache, tmp_path_factory.getbasetemp())
+    the_world = World(
+        tmp_path_factory.mktemp("hostile-cwd"), metarl_cache, tmp_path_factory.getbasetemp()
+    )
     with pytest.MonkeyPatch.context() as patch:
         the_world.start()
         for key, value in the_world.environment().items():
@@ -526,15 +560,24 @@ def check(world: World, path: Path, run: Run) -> list[str]:
     outcome = run.outcome
     dumped = json.dumps(outcome.to_dict())
     texts = [dumped, outcome.reason or "", outcome.stdout or "", *outcome.warnings]
-    problems += [f"leak in the Outcome: {leak}" for leak in sorted({leak for t in texts for leak in world.leaks(t)})]
+    problems += [
+        f"leak in the Outcome: {leak}"
+        for leak in sorted({leak for t in texts for leak in world.leaks(t)})
+    ]
     if outcome.fitness is not None and not outcome.fitness < FITNESS_CEILING:
         problems.append(f"fitness {outcome.fitness} >= {FITNESS_CEILING}: not an honest score")
     if outcome.passed and (outcome.fitness is None or not math.isfinite(outcome.fitness)):
         problems.append(f"passed with fitness {outcome.fitness}")
     if fields["expect"] == "fail" and outcome.passed:
         problems.append(f"passed (fitness {outcome.fitness}) but was expected to fail")
-    if fields["expect"] == "fail" and fields.get("expect-reason") and fields["expect-reason"] not in (outcome.reason or ""):
-        problems.append(f"reason lacks {fields['expect-reason']!r}: {(outcome.reason or '')[:500]!r}")
+    if (
+        fields["expect"] == "fail"
+        and fields.get("expect-reason")
+        and fields["expect-reason"] not in (outcome.reason or "")
+    ):
+        problems.append(
+            f"reason lacks {fields['expect-reason']!r}: {(outcome.reason or '')[:500]!r}"
+        )
     if not outcome.passed and not outcome.reason:
         problems.append("failed without a reason")
     for key in ("tracer_workdir", "workdir"):  # the sandbox's own temp dirs are gone too
@@ -544,8 +587,11 @@ def check(world: World, path: Path, run: Run) -> list[str]:
     limit = run.settings.timeout_s + 30.0
     if run.elapsed >= limit:
         problems.append(f"took {run.elapsed:.1f} s, limit {limit:g} s")
-    for name, text in (("reason", outcome.reason or ""), ("stdout", outcome.stdout or ""),
-                       *(("warning", w) for w in outcome.warnings)):
+    for name, text in (
+        ("reason", outcome.reason or ""),
+        ("stdout", outcome.stdout or ""),
+        *(("warning", w) for w in outcome.warnings),
+    ):
         if CONTROL.search(text):
             problems.append(f"{name} carries control characters: {CONTROL.findall(text)[:10]!r}")
     return problems
@@ -564,7 +610,9 @@ def test_corpus_is_big_well_formed_and_covers_every_attack():
         # every tag a file writes names the file itself (attribution)
         assert stems_in(path.read_text()) <= {path.stem}, path.name
     text = attack_text()
-    missing = [name for name, pattern in REQUIRED_ATTACKS.items() if not re.search(pattern, text, re.I)]
+    missing = [
+        name for name, pattern in REQUIRED_ATTACKS.items() if not re.search(pattern, text, re.I)
+    ]
     assert not missing, f"attack patterns not covered: {missing}"
 
 
@@ -597,14 +645,28 @@ def test_hostile_candidate_is_contained(path, world, request):
     if os.environ.get("HOSTILE_REPORT_FILE"):  # a JSON line per file, for a human to read
         with open(os.environ["HOSTILE_REPORT_FILE"], "a") as report:
             outcome = run.outcome
-            report.write(json.dumps({
-                "file": path.stem, "problems": problems, "elapsed": round(run.elapsed, 1),
-                "passed": getattr(outcome, "passed", None), "stage": getattr(outcome, "stage", None),
-                "fitness": getattr(outcome, "fitness", None), "reason": getattr(outcome, "reason", None),
-                "stdout": (getattr(outcome, "stdout", None) or "")[:2000],
-            }) + "\n")
-    summary = "" if run.outcome is None else (
-        f"\n[passed={run.outcome.passed} stage={run.outcome.stage} fitness={run.outcome.fitness} "
-        f"elapsed={run.elapsed:.1f}s reason={(run.outcome.reason or '')[:600]!r}]"
+            report.write(
+                json.dumps(
+                    {
+                        "file": path.stem,
+                        "problems": problems,
+                        "elapsed": round(run.elapsed, 1),
+                        "passed": getattr(outcome, "passed", None),
+                        "stage": getattr(outcome, "stage", None),
+                        "fitness": getattr(outcome, "fitness", None),
+                        "reason": getattr(outcome, "reason", None),
+                        "stdout": (getattr(outcome, "stdout", None) or "")[:2000],
+                    }
+                )
+                + "\n"
+            )
+    summary = (
+        ""
+        if run.outcome is None
+        else (
+            f"\n[passed={run.outcome.passed} stage={run.outcome.stage} "
+            f"fitness={run.outcome.fitness} "
+            f"elapsed={run.elapsed:.1f}s reason={(run.outcome.reason or '')[:600]!r}]"
+        )
     )
     assert not problems, "\n".join(problems) + summary

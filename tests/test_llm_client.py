@@ -8,8 +8,8 @@ import threading
 import time
 
 import pytest
-
 from llm_server import Reply, ScriptedLLMServer
+
 from metarl.discovery.proposers.llm.client import (
     LLMClient,
     LLMConfigError,
@@ -24,7 +24,9 @@ MESSAGES = [{"role": "user", "content": "hi"}]
 def client(server, models="openai/scripted", **kw):
     kw.setdefault("backoff_base_s", 0.01)
     kw.setdefault("timeout_s", 10)
-    return LLMClient(models if isinstance(models, list) else [models], api_base=server.api_base, **kw)
+    return LLMClient(
+        models if isinstance(models, list) else [models], api_base=server.api_base, **kw
+    )
 
 
 @pytest.fixture
@@ -141,7 +143,10 @@ def test_dotenv_loaded_without_overriding(tmp_path, monkeypatch, server):
 
 def test_model_strings():
     assert parse_models(["ollama/llama3:8b", "openai/x:2.5", "anthropic/claude"]) == [
-        ModelSpec("ollama/llama3:8b", 1.0), ModelSpec("openai/x", 2.5), ModelSpec("anthropic/claude", 1.0)]
+        ModelSpec("ollama/llama3:8b", 1.0),
+        ModelSpec("openai/x", 2.5),
+        ModelSpec("anthropic/claude", 1.0),
+    ]
     with pytest.raises(LLMConfigError):
         parse_models(["openai/x:0"])
     with pytest.raises(LLMConfigError, match="provider"):

@@ -17,25 +17,41 @@ def block(search, replace):
 
 
 def test_exact_and_multiple_blocks():
-    text = block("    return jax.nn.relu((ratio - clipped) * advantage)",
-                 "    return jax.nn.softplus((ratio - clipped) * advantage)") + "\n" + block(
-        "1.0 + epsilon)", "1.0 + 2 * epsilon)")
+    text = (
+        block(
+            "    return jax.nn.relu((ratio - clipped) * advantage)",
+            "    return jax.nn.softplus((ratio - clipped) * advantage)",
+        )
+        + "\n"
+        + block("1.0 + epsilon)", "1.0 + 2 * epsilon)")
+    )
     out = apply_diff(SOURCE, text)
     assert "softplus" in out and "1.0 + 2 * epsilon" in out and out.endswith("\n")
 
 
 def test_trailing_whitespace_and_indentation_are_tolerated():
-    out = apply_diff(SOURCE, block("    clipped = jnp.clip(ratio, 1.0 - epsilon, 1.0 + epsilon)   ",
-                                   "    clipped = ratio"))
+    out = apply_diff(
+        SOURCE,
+        block(
+            "    clipped = jnp.clip(ratio, 1.0 - epsilon, 1.0 + epsilon)   ", "    clipped = ratio"
+        ),
+    )
     assert "    clipped = ratio\n" in out
-    out = apply_diff(SOURCE, block("return jax.nn.relu((ratio - clipped) * advantage)",
-                                   "scale = 2.0\nreturn scale * jax.nn.relu((ratio - clipped) * advantage)"))
+    out = apply_diff(
+        SOURCE,
+        block(
+            "return jax.nn.relu((ratio - clipped) * advantage)",
+            "scale = 2.0\nreturn scale * jax.nn.relu((ratio - clipped) * advantage)",
+        ),
+    )
     assert "    scale = 2.0\n    return scale *" in out
 
 
 def test_unmatched_block_names_itself():
     with pytest.raises(DiffError, match="SEARCH block 2 of 2 does not match"):
-        apply_diff(SOURCE, block("1.0 + epsilon)", "1.1)") + "\n" + block("    return 0", "    return 1"))
+        apply_diff(
+            SOURCE, block("1.0 + epsilon)", "1.1)") + "\n" + block("    return 0", "    return 1")
+        )
     with pytest.raises(DiffError, match="no complete SEARCH/REPLACE block"):
         apply_diff(SOURCE, "<<<<<<< SEARCH\nreturn\n=======\n")
 

@@ -16,17 +16,31 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from llm_server import CLEAN_DRIFT, Reply, ScriptedLLMServer
 
 METARL = str(Path(sys.executable).with_name("metarl"))
-FAST = ["--suite", "smoke", "--timesteps", "4096", "--seeds", "1", "--no-confirm", "--no-heldout",
-        "--skip-short", "--workers", "1", "--no-live", "--llm-timeout", "20"]
+FAST = [
+    "--suite",
+    "smoke",
+    "--timesteps",
+    "4096",
+    "--seeds",
+    "1",
+    "--no-confirm",
+    "--no-heldout",
+    "--skip-short",
+    "--workers",
+    "1",
+    "--no-live",
+    "--llm-timeout",
+    "20",
+]
 
 NEGATIVE_DRIFT = (
     "I think a signed penalty could help exploration.\n\n```python\n"
     "def drift(ratio, advantage, epsilon):\n"
-    "    return -jnp.abs(ratio - 1.0) * advantage\n```\nThis rewards moving away from the old policy."
+    "    return -jnp.abs(ratio - 1.0) * advantage\n```\nThis rewards moving away from the old "
+    "policy."
 )
 NUMPY_DRIFT = (
     "Old version:\n```python\ndef drift(ratio, advantage, epsilon):\n    return ratio * 0.0\n```\n"
@@ -43,8 +57,9 @@ def workdir(tmp_path_factory):
 def metarl(workdir: Path, *args: str, timeout: int = 400) -> subprocess.CompletedProcess:
     env = {**os.environ, "METARL_CACHE_DIR": str(workdir / "cache"), "COLUMNS": "200"}
     env.pop("OPENAI_API_KEY", None)
-    return subprocess.run([METARL, *args], cwd=workdir, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [METARL, *args], cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def rows(db: Path, sql: str, params=()) -> list[dict]:
@@ -55,21 +70,42 @@ def rows(db: Path, sql: str, params=()) -> list[dict]:
 
 def test_population_run_archives_every_reply(workdir):
     script = [
-        Reply(status=429), CLEAN_DRIFT,                      # child 1: rate limited, then clean JSON
-        Reply(status=500), NEGATIVE_DRIFT,                   # child 2: 5xx, then prose + fenced code
+        Reply(status=429),
+        CLEAN_DRIFT,  # child 1: rate limited, then clean JSON
+        Reply(status=500),
+        NEGATIVE_DRIFT,  # child 2: 5xx, then prose + fenced code
         '{"thought": "cut", "name": "x", "code": "def drift(ratio, adv',  # child 3: truncated,
-        "Sorry, I cannot write that function.",              #   repair fails
-        Reply(empty=True), NUMPY_DRIFT,                      # child 4: empty, then two code blocks
+        "Sorry, I cannot write that function.",  #   repair fails
+        Reply(empty=True),
+        NUMPY_DRIFT,  # child 4: empty, then two code blocks
     ]
     db = workdir / "metarl.db"
     with ScriptedLLMServer(script) as server:
-        result = metarl(workdir, "discover", "--proposer", "llm", "--model", "openai/scripted",
-                        "--api-base", server.api_base, "--budget", "4", "--children", "4",
-                        "--max-concurrency", "1", "--archive", str(db), *FAST)
+        result = metarl(
+            workdir,
+            "discover",
+            "--proposer",
+            "llm",
+            "--model",
+            "openai/scripted",
+            "--api-base",
+            server.api_base,
+            "--budget",
+            "4",
+            "--children",
+            "4",
+            "--max-concurrency",
+            "1",
+            "--archive",
+            str(db),
+            *FAST,
+        )
         assert result.returncode == 0, result.stdout + result.stderr
         assert len(server.requests) == 8
     run_id = rows(db, "SELECT id FROM runs WHERE mode = 'population'")[0]["id"]
-    children = rows(db, "SELECT * FROM candidates WHERE is_seed = 0 AND run_id = ? ORDER BY seq", (run_id,))
+    children = rows(
+        db, "SELECT * FROM candidates WHERE is_seed = 0 AND run_id = ? ORDER BY seq", (run_id,)
+    )
     assert len(children) == 4
     by_slot = {c["slot"]: c for c in children}
     assert by_slot[0]["status"] == "passed" and by_slot[0]["name"] == "quadratic_trust"
@@ -77,7 +113,11 @@ def test_population_run_archives_every_reply(workdir):
     assert by_slot[2]["status"] != "passed" and "no usable program" in by_slot[2]["reason"]
     assert by_slot[3]["stage"] == "static" and "numpy" in by_slot[3]["reason"]
     for child in children:
-        assert child["proposer"] == "llm:openai/scripted" and child["reason"] or child["status"] == "passed"
+        assert (
+            child["proposer"] == "llm:openai/scripted"
+            and child["reason"]
+            or child["status"] == "passed"
+        )
         calls = rows(db, "SELECT * FROM calls WHERE candidate_id = ? ORDER BY id", (child["id"],))
         assert calls, child["id"]
         for call in calls:
@@ -89,38 +129,80 @@ def test_population_run_archives_every_reply(workdir):
 
     shown = metarl(workdir, "show", by_slot[1]["id"], "--archive", str(db))
     assert shown.returncode == 0, shown.stderr
-    for text in ("LLM call 1/1", "model openai/scripted", "tokens", "latency", "prompt", "reply",
-                 "signed penalty"):
+    for text in (
+        "LLM call 1/1",
+        "model openai/scripted",
+        "tokens",
+        "latency",
+        "prompt",
+        "reply",
+        "signed penalty",
+    ):
         assert text in shown.stdout
 
 
 def test_conversation_run_with_cost_budget_and_resume(workdir):
     usage = {"prompt_tokens": 1_000_000, "completion_tokens": 1000}  # ~$0.15 a call (gpt-4o-mini)
-    replies = [NEGATIVE_DRIFT.replace("signed", f"signed v{i}").replace("1.0)", f"{i}.0)") for i in range(1, 4)]
+    replies = [
+        NEGATIVE_DRIFT.replace("signed", f"signed v{i}").replace("1.0)", f"{i}.0)")
+        for i in range(1, 4)
+    ]
     db = workdir / "metarl.db"  # the seeds' scores are cached from the first test
     with ScriptedLLMServer([Reply(text=r, usage=usage) for r in replies]) as server:
         base = ["--api-base", server.api_base, "--archive", str(db)]
-        first = metarl(workdir, "discover", "--proposer", "llm", "--model", "openai/gpt-4o-mini",
-                       "--mode", "conversation", "--budget", "3", "--max-cost", "0.2", *base, *FAST)
+        first = metarl(
+            workdir,
+            "discover",
+            "--proposer",
+            "llm",
+            "--model",
+            "openai/gpt-4o-mini",
+            "--mode",
+            "conversation",
+            "--budget",
+            "3",
+            "--max-cost",
+            "0.2",
+            *base,
+            *FAST,
+        )
         assert first.returncode == 0, first.stdout + first.stderr
         run = rows(db, "SELECT * FROM runs WHERE mode = 'conversation'")[0]
         assert run["status"] == "stopped" and "cost" in run["stop_reason"]
         assert 0.2 <= run["cost_usd"] < 0.35
         assert len(server.requests) == 2
 
-        resumed = metarl(workdir, "resume", run["id"], "--max-cost", "5", *base[2:], "--api-base",
-                         server.api_base)
+        resumed = metarl(
+            workdir,
+            "resume",
+            run["id"],
+            "--max-cost",
+            "5",
+            *base[2:],
+            "--api-base",
+            server.api_base,
+        )
         assert resumed.returncode == 0, resumed.stdout + resumed.stderr
         assert len(server.requests) == 3
     third = server.requests[2]["messages"]
     # the same dialogue: system, opening, then (reply, feedback) for both earlier children
-    assert [m["role"] for m in third] == ["system", "user", "assistant", "user", "assistant", "user"]
+    assert [m["role"] for m in third] == [
+        "system",
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+        "user",
+    ]
     assert "signed v1" in third[2]["content"] and "signed v2" in third[4]["content"]
     assert "FAILED at stage `probes`" in third[3]["content"]
-    archived = rows(db, "SELECT role, content FROM messages WHERE run_id = ? ORDER BY seq", (run["id"],))
+    archived = rows(
+        db, "SELECT role, content FROM messages WHERE run_id = ? ORDER BY seq", (run["id"],)
+    )
     assert [m["role"] for m in archived] == [m["role"] for m in third] + ["assistant", "user"]
     assert [m["content"] for m in archived[:6]] == [m["content"] for m in third]
-    children = rows(db, "SELECT * FROM candidates WHERE is_seed = 0 AND run_id = ? ORDER BY seq",
-                    (run["id"],))
+    children = rows(
+        db, "SELECT * FROM candidates WHERE is_seed = 0 AND run_id = ? ORDER BY seq", (run["id"],)
+    )
     assert len(children) == 3 and all(c["cost_usd"] and c["cost_usd"] > 0.1 for c in children)
     assert children[1]["parent_ids"] and children[0]["id"] in children[1]["parent_ids"]

@@ -23,43 +23,177 @@ MARK = "excess ** 2"
 
 CORPUS: list[tuple[str, str, str | None]] = [
     ("clean json", json.dumps({"thought": "t", "name": "quad", "code": BODY}), MARK),
-    ("json in ```json fence", "```json\n" + json.dumps({"thought": "t", "name": "q", "code": BODY}, indent=2) + "\n```", MARK),
-    ("json in prose", "Sure! Here is my proposal:\n\n" + json.dumps({"thought": "t", "name": "q", "code": BODY}) + "\n\nLet me know how it does.", MARK),
-    ("json with raw newlines in string", '{"thought": "smooth", "name": "q", "code": "' + BODY.replace('"', '\\"') + '"}', MARK),
-    ("json with trailing comma", '{"thought": "x", "name": "q", "code": ' + json.dumps(BODY) + ",\n}", MARK),
-    ("python dict with single quotes", "{'thought': 'x', 'name': 'q', 'code': " + repr(BODY) + "}", MARK),
-    ("json whose code is fenced", json.dumps({"thought": "t", "name": "q", "code": "```python\n" + BODY + "```"}), MARK),
-    ("json with double-escaped newlines", '{"thought": "t", "name": "q", "code": "' + BODY.replace("\n", "\\\\n") + '"}', MARK),
+    (
+        "json in ```json fence",
+        "```json\n" + json.dumps({"thought": "t", "name": "q", "code": BODY}, indent=2) + "\n```",
+        MARK,
+    ),
+    (
+        "json in prose",
+        "Sure! Here is my proposal:\n\n"
+        + json.dumps({"thought": "t", "name": "q", "code": BODY})
+        + "\n\nLet me know how it does.",
+        MARK,
+    ),
+    (
+        "json with raw newlines in string",
+        '{"thought": "smooth", "name": "q", "code": "' + BODY.replace('"', '\\"') + '"}',
+        MARK,
+    ),
+    (
+        "json with trailing comma",
+        '{"thought": "x", "name": "q", "code": ' + json.dumps(BODY) + ",\n}",
+        MARK,
+    ),
+    (
+        "python dict with single quotes",
+        "{'thought': 'x', 'name': 'q', 'code': " + repr(BODY) + "}",
+        MARK,
+    ),
+    (
+        "json whose code is fenced",
+        json.dumps({"thought": "t", "name": "q", "code": "```python\n" + BODY + "```"}),
+        MARK,
+    ),
+    (
+        "json with double-escaped newlines",
+        '{"thought": "t", "name": "q", "code": "' + BODY.replace("\n", "\\\\n") + '"}',
+        MARK,
+    ),
     ("json thought as list", json.dumps({"thought": ["a", "b"], "name": "q", "code": BODY}), MARK),
-    ("fenced python with prose", "I'll try a quadratic penalty.\n\n```python\n" + BODY + "```\n\nThis should be smoother than clipping.", MARK),
+    (
+        "fenced python with prose",
+        "I'll try a quadratic penalty.\n\n```python\n"
+        + BODY
+        + "```\n\nThis should be smoother than clipping.",
+        MARK,
+    ),
     ("fenced without language", "Here you go:\n```\n" + BODY + "```", MARK),
-    ("two code blocks: old then new", "The current code is:\n```python\ndef drift(ratio, advantage, epsilon):\n    return jnp.zeros_like(ratio)\n```\nMy improved version:\n```python\n" + BODY + "```", MARK),
-    ("two code blocks: code then usage", "```python\n" + BODY + "```\nUsage:\n```python\nout = drift(r, a, 0.2)\n```", MARK),
-    ("fenced with imports and helper", "Name: smooth_quad\n```python\nimport jax.numpy as jnp\n\ndef _pen(x):\n    return x ** 2\n\ndef drift(ratio, advantage, epsilon):\n    excess = jax.nn.relu(jnp.abs(ratio - 1.0) - epsilon)\n    return _pen(excess) * jnp.abs(advantage)\n```", "_pen(excess)"),
+    (
+        "two code blocks: old then new",
+        "The current code is:\n```python\ndef drift(ratio, advantage, epsilon):\n    return "
+        "jnp.zeros_like(ratio)\n```\nMy improved version:\n```python\n" + BODY + "```",
+        MARK,
+    ),
+    (
+        "two code blocks: code then usage",
+        "```python\n" + BODY + "```\nUsage:\n```python\nout = drift(r, a, 0.2)\n```",
+        MARK,
+    ),
+    (
+        "fenced with imports and helper",
+        "Name: smooth_quad\n```python\nimport jax.numpy as jnp\n\ndef _pen(x):\n    return x ** "
+        "2\n\ndef drift(ratio, advantage, epsilon):\n    excess = jax.nn.relu(jnp.abs(ratio - "
+        "1.0) - epsilon)\n    return _pen(excess) * jnp.abs(advantage)\n```",
+        "_pen(excess)",
+    ),
     ("bare function", BODY, MARK),
-    ("bare function with prose around", "Here's a new drift function:\n\n" + BODY + "\nIt penalises large ratio deviations quadratically.", MARK),
+    (
+        "bare function with prose around",
+        "Here's a new drift function:\n\n"
+        + BODY
+        + "\nIt penalises large ratio deviations quadratically.",
+        MARK,
+    ),
     ("bare function with import line", "import jax.numpy as jnp\n" + BODY + "\nThat's it.", MARK),
-    ("think block then json", "<think>Maybe quadratic. Let me check the constraints.</think>\n" + json.dumps({"thought": "t", "name": "q", "code": BODY}), MARK),
-    ("think block then fenced", "<think>hmm {not json}</think>\nAnswer:\n```python\n" + BODY + "```", MARK),
-    ("markdown with headers and fenced", "## Idea\nQuadratic trust region.\n\n## Code\n```py\n" + BODY + "```\n## Why\nSmooth.", MARK),
-    ("json with tabs indentation", json.dumps({"thought": "t", "name": "q", "code": BODY.replace("    ", "\t")}), MARK),
-    ("fenced indented inside list", "1. Step one\n2. Code:\n   ```python\n   def drift(ratio, advantage, epsilon):\n       excess = jax.nn.relu(jnp.abs(ratio - 1.0) - epsilon)\n       return excess ** 2 * jnp.abs(advantage)\n   ```", MARK),
-    ("json prose with braces before", "The drift {as in LPO} must be >= 0. Reply:\n" + json.dumps({"thought": "t", "name": "q", "code": BODY}), MARK),
-    ("fenced json containing code then prose", "Sure.\n```json\n" + json.dumps({"thought": "t", "name": "q", "code": BODY}) + "\n```\nHope it helps!", MARK),
-    ("json missing closing brace at end but fenced code inside", '{"thought": "t", "name": "q", "code": "x"\n```python\n' + BODY + "```", MARK),
-    ("pseudo-json with python triple quotes", '{"thought": "t", "name": "q", "code": """' + BODY + '"""}', MARK),
+    (
+        "think block then json",
+        "<think>Maybe quadratic. Let me check the constraints.</think>\n"
+        + json.dumps({"thought": "t", "name": "q", "code": BODY}),
+        MARK,
+    ),
+    (
+        "think block then fenced",
+        "<think>hmm {not json}</think>\nAnswer:\n```python\n" + BODY + "```",
+        MARK,
+    ),
+    (
+        "markdown with headers and fenced",
+        "## Idea\nQuadratic trust region.\n\n## Code\n```py\n" + BODY + "```\n## Why\nSmooth.",
+        MARK,
+    ),
+    (
+        "json with tabs indentation",
+        json.dumps({"thought": "t", "name": "q", "code": BODY.replace("    ", "\t")}),
+        MARK,
+    ),
+    (
+        "fenced indented inside list",
+        "1. Step one\n2. Code:\n   ```python\n   def drift(ratio, advantage, epsilon):\n       "
+        "excess = jax.nn.relu(jnp.abs(ratio - 1.0) - epsilon)\n       return excess ** 2 * "
+        "jnp.abs(advantage)\n   ```",
+        MARK,
+    ),
+    (
+        "json prose with braces before",
+        "The drift {as in LPO} must be >= 0. Reply:\n"
+        + json.dumps({"thought": "t", "name": "q", "code": BODY}),
+        MARK,
+    ),
+    (
+        "fenced json containing code then prose",
+        "Sure.\n```json\n"
+        + json.dumps({"thought": "t", "name": "q", "code": BODY})
+        + "\n```\nHope it helps!",
+        MARK,
+    ),
+    (
+        "json missing closing brace at end but fenced code inside",
+        '{"thought": "t", "name": "q", "code": "x"\n```python\n' + BODY + "```",
+        MARK,
+    ),
+    (
+        "pseudo-json with python triple quotes",
+        '{"thought": "t", "name": "q", "code": """' + BODY + '"""}',
+        MARK,
+    ),
     ("tilde fence", "Here:\n~~~python\n" + BODY + "~~~\n", MARK),
-    ("json with unescaped quotes in code", '{"thought": "t", "name": "q", "code": "' + BODY.replace("    excess", '    # the "trust region" excess\n    excess') + '"}', MARK),
+    (
+        "json with unescaped quotes in code",
+        '{"thought": "t", "name": "q", "code": "'
+        + BODY.replace("    excess", '    # the "trust region" excess\n    excess')
+        + '"}',
+        MARK,
+    ),
     ("fenced Python capitalised", "```Python\n" + BODY + "```", MARK),
-    ("json then trailing chatter with braces", json.dumps({"thought": "t", "name": "q", "code": BODY}) + "\nNote: {ratio} is > 0.", MARK),
+    (
+        "json then trailing chatter with braces",
+        json.dumps({"thought": "t", "name": "q", "code": BODY}) + "\nNote: {ratio} is > 0.",
+        MARK,
+    ),
     # replies that must fail (the proposer asks for a repair)
     ("empty reply", "", None),
     ("whitespace reply", "   \n  ", None),
-    ("truncated json", json.dumps({"thought": "a long idea", "name": "q", "code": BODY})[:-40], None),
+    (
+        "truncated json",
+        json.dumps({"thought": "a long idea", "name": "q", "code": BODY})[:-40],
+        None,
+    ),
     ("refusal prose", "I'm sorry, but I can't help with that request.", None),
-    ("wrong function name", json.dumps({"thought": "t", "name": "q", "code": BODY.replace("def drift", "def my_drift")}), None),
-    ("syntax error in code", json.dumps({"thought": "t", "name": "q", "code": "def drift(ratio, advantage, epsilon)\n    return ratio\n"}), None),
-    ("unterminated fence", "```python\ndef drift(ratio, advantage, epsilon):\n    excess = jax.nn.relu(jnp.abs(ratio -", None),
+    (
+        "wrong function name",
+        json.dumps(
+            {"thought": "t", "name": "q", "code": BODY.replace("def drift", "def my_drift")}
+        ),
+        None,
+    ),
+    (
+        "syntax error in code",
+        json.dumps(
+            {
+                "thought": "t",
+                "name": "q",
+                "code": "def drift(ratio, advantage, epsilon)\n    return ratio\n",
+            }
+        ),
+        None,
+    ),
+    (
+        "unterminated fence",
+        "```python\ndef drift(ratio, advantage, epsilon):\n    excess = jax.nn.relu(jnp.abs(ratio "
+        "-",
+        None,
+    ),
     ("json without code", json.dumps({"thought": "I would use a quadratic", "name": "q"}), None),
 ]
 
@@ -86,8 +220,10 @@ def test_success_fraction_reported(capsys):
             pass
     fraction = ok / len(extractable)
     with capsys.disabled():
-        print(f"\nLLM reply extraction: {ok}/{len(extractable)} extractable replies "
-              f"({fraction:.0%}); {len(CORPUS) - len(extractable)} unusable replies rejected")
+        print(
+            f"\nLLM reply extraction: {ok}/{len(extractable)} extractable replies "
+            f"({fraction:.0%}); {len(CORPUS) - len(extractable)} unusable replies rejected"
+        )
     assert fraction >= 0.95
 
 

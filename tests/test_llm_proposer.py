@@ -7,27 +7,40 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from llm_server import Reply, ScriptedLLMServer
+
 from metarl.discovery.proposers.base import ParentInfo, ProposalRequest
 from metarl.discovery.proposers.llm import LLMConfigError, build_llm_proposer
-from metarl.evaluators.outcome import EnvScore, Outcome
+from metarl.evaluation.outcome import EnvScore, Outcome
 from metarl.tasks import get_task
 
 TASK = get_task("drift")
-PPO = TASK.seed("ppo_clip").source
-LPO = TASK.seed("lpo").source
+PPO = TASK.seed_program("ppo_clip").source
+LPO = TASK.seed_program("lpo").source
 
 
 def env_score(normalised, mean):
-    return EnvScore(env="CartPole-v1", seeds=[0, 1], total_timesteps=50_000, returns=[mean - 5, mean + 5],
-                    mean=mean, std=5.0, normalised=normalised, baseline_mean=400.0, random_mean=20.0,
-                    curve=[20.0, 100.0, 200.0, 300.0, mean])
+    return EnvScore(
+        env="CartPole-v1",
+        seeds=[0, 1],
+        total_timesteps=50_000,
+        returns=[mean - 5, mean + 5],
+        mean=mean,
+        std=5.0,
+        normalised=normalised,
+        baseline_mean=400.0,
+        random_mean=20.0,
+        curve=[20.0, 100.0, 200.0, 300.0, mean],
+    )
 
 
 def passed(fitness):
-    return Outcome(passed=True, stage="full", fitness=fitness,
-                   env_scores=[env_score(fitness, 20 + 380 * fitness)])
+    return Outcome(
+        passed=True,
+        stage="full",
+        fitness=fitness,
+        env_scores=[env_score(fitness, 20 + 380 * fitness)],
+    )
 
 
 def failed(stage, reason):
@@ -39,7 +52,9 @@ OTHER = ParentInfo(id="c-lpo", code=LPO, name="lpo", fitness=1.05, outcome=passe
 
 
 def request(parents=(PARENT,), seed=0, best=None):
-    return ProposalRequest(task=TASK, parents=list(parents), inspirations=[], best=best, rng_seed=seed)
+    return ProposalRequest(
+        task=TASK, parents=list(parents), inspirations=[], best=best, rng_seed=seed
+    )
 
 
 def reply(code, name="idea", thought="because"):
@@ -48,7 +63,9 @@ def reply(code, name="idea", thought="because"):
 
 def proposer(server, **options):
     options.setdefault("timeout_s", 10)
-    return build_llm_proposer({"models": ["openai/scripted"], "api_base": server.api_base, **options})
+    return build_llm_proposer(
+        {"models": ["openai/scripted"], "api_base": server.api_base, **options}
+    )
 
 
 @pytest.fixture
@@ -62,12 +79,18 @@ def test_population_rewrite(server):
     p = proposer(server, edit_forms={"rewrite": 1.0})
     result = p.propose(request())
     assert result.code and "excess ** 2" in result.code
-    assert (result.name, result.operator, result.proposer) == ("quadratic_trust", "rewrite", "llm:openai/scripted")
+    assert (result.name, result.operator, result.proposer) == (
+        "quadratic_trust",
+        "rewrite",
+        "llm:openai/scripted",
+    )
     assert result.parent_ids == ["c-ppo"] and len(result.calls) == 1
     system, user = server.requests[0]["messages"]
     assert TASK.contract.strip()[:200] in system["content"] and '"thought"' in system["content"]
     assert PPO.strip() in user["content"]  # the parent's code ...
-    assert "CartPole-v1" in user["content"] and "normalised 1.000" in user["content"]  # ... and results
+    assert (
+        "CartPole-v1" in user["content"] and "normalised 1.000" in user["content"]
+    )  # ... and results
 
 
 def test_repair_round_trip(server):
@@ -110,8 +133,12 @@ def diff_reply(search, replace, extra_code=None):
 
 
 def test_diff_applies_to_parent(server):
-    server.push(diff_reply("    return jax.nn.relu((ratio - clipped_ratio) * advantage)",
-                           "    return jax.nn.softplus((ratio - clipped_ratio) * advantage) - jnp.log(2.0)"))
+    server.push(
+        diff_reply(
+            "    return jax.nn.relu((ratio - clipped_ratio) * advantage)",
+            "    return jax.nn.softplus((ratio - clipped_ratio) * advantage) - jnp.log(2.0)",
+        )
+    )
     result = proposer(server, edit_forms={"diff": 1.0}).propose(request())
     assert result.operator == "diff" and result.name == "soft_clip"
     assert "softplus" in result.code and "clipped_ratio = jnp.clip" in result.code
@@ -119,19 +146,29 @@ def test_diff_applies_to_parent(server):
 
 
 def test_diff_tolerates_indentation_drift(server):
-    server.push(diff_reply("return jax.nn.relu((ratio - clipped_ratio) * advantage)",
-                           "return 0.5 * jax.nn.relu((ratio - clipped_ratio) * advantage) ** 2"))
+    server.push(
+        diff_reply(
+            "return jax.nn.relu((ratio - clipped_ratio) * advantage)",
+            "return 0.5 * jax.nn.relu((ratio - clipped_ratio) * advantage) ** 2",
+        )
+    )
     result = proposer(server, edit_forms={"diff": 1.0}).propose(request())
     assert result.operator == "diff" and "    return 0.5 *" in result.code
 
 
 def test_diff_that_does_not_apply_falls_back(server):
     # the same reply also carries full code: used as a rewrite
-    server.push(diff_reply("    return something_else", "    return 0", extra_code=PPO.replace("relu", "gelu")))
+    server.push(
+        diff_reply(
+            "    return something_else", "    return 0", extra_code=PPO.replace("relu", "gelu")
+        )
+    )
     result = proposer(server, edit_forms={"diff": 1.0}).propose(request())
     assert result.operator == "rewrite" and "gelu" in result.code and len(result.calls) == 1
     # no full code: one repair round-trip asking for the complete program
-    server.push(diff_reply("    return something_else", "    return 0"), reply(PPO.replace("relu", "elu")))
+    server.push(
+        diff_reply("    return something_else", "    return 0"), reply(PPO.replace("relu", "elu"))
+    )
     result = proposer(server, edit_forms={"diff": 1.0}).propose(request(seed=1))
     assert result.operator == "rewrite" and "elu" in result.code and len(result.calls) == 2
     repair = server.requests[-1]["messages"][-1]["content"]
@@ -146,7 +183,9 @@ def test_crossover_of_two_parents(server):
 
 
 def test_ensemble_choice_recorded(server):
-    p = build_llm_proposer({"models": ["openai/big:1", "openai/small:1"], "api_base": server.api_base, "seed": 3})
+    p = build_llm_proposer(
+        {"models": ["openai/big:1", "openai/small:1"], "api_base": server.api_base, "seed": 3}
+    )
     models = {p.propose(request(seed=s)).proposer for s in range(8)}
     assert models == {"llm:openai/big", "llm:openai/small"}
     assert {r["model"] for r in server.requests} == {"big", "small"}
@@ -181,26 +220,47 @@ def run_rounds(p, outcomes, start=0):
 def test_conversation_grows_with_rich_feedback():
     with ScriptedLLMServer(responder=numbered_replies) as server:
         p = proposer(server, mode="conversation")
-        archived, sent = run_rounds(p, [passed(0.8), failed("probes", "drift is negative at ratio=0.5"), passed(1.2)])
-    assert [m["role"] for m in archived] == ["system", "user", "assistant", "user", "assistant", "user",
-                                             "assistant", "user"]
+        archived, sent = run_rounds(
+            p, [passed(0.8), failed("probes", "drift is negative at ratio=0.5"), passed(1.2)]
+        )
+    assert [m["role"] for m in archived] == [
+        "system",
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+        "user",
+    ]
     assert len(sent[2]) == 6  # system, opening, (reply, feedback) x 2
     first_feedback = archived[3]["content"]
-    assert "cand-0" in first_feedback and "CartPole-v1" in first_feedback and "normalised 0.800" in first_feedback
+    assert (
+        "cand-0" in first_feedback
+        and "CartPole-v1" in first_feedback
+        and "normalised 0.800" in first_feedback
+    )
     assert "Best so far: `lpo` with 1.050" in first_feedback
     second_feedback = archived[5]["content"]
-    assert "FAILED at stage `probes`" in second_feedback and "drift is negative at ratio=0.5" in second_feedback
+    assert (
+        "FAILED at stage `probes`" in second_feedback
+        and "drift is negative at ratio=0.5" in second_feedback
+    )
     third_feedback = archived[7]["content"]
     assert "This is the best program so far." in third_feedback
     assert "Compared with your previous program `v2`: it had no score" in third_feedback
-    assert "Compared with your previous program `v1` (0.800): +0.000" in second_feedback or \
-        "Compared with your previous program `v1`: it had fitness 0.800" in second_feedback
+    assert (
+        "Compared with your previous program `v1` (0.800): +0.000" in second_feedback
+        or "Compared with your previous program `v1`: it had fitness 0.800" in second_feedback
+    )
 
 
 def test_conversation_history_is_summarised_past_the_budget():
     with ScriptedLLMServer(responder=numbered_replies) as server:
         p = proposer(server, mode="conversation", history_token_budget=1900)
-        archived, sent = run_rounds(p, [passed(0.9), passed(1.3), passed(0.7), passed(1.1), passed(1.0)])
+        archived, sent = run_rounds(
+            p, [passed(0.9), passed(1.3), passed(0.7), passed(1.1), passed(1.0)]
+        )
     restarts = [i for i, m in enumerate(archived) if m["role"] == "system"]
     assert len(restarts) >= 2  # the opening, and at least one restart
     summary = archived[restarts[1] + 1]["content"]

@@ -8,6 +8,7 @@ conversation bookkeeping; evaluation is always the real cascade.
 from __future__ import annotations
 
 import pytest
+from conftest import TINY_DISCOVER, metarl_cli
 
 from metarl.archives import Archive
 from metarl.archives.queries import leaderboard
@@ -16,9 +17,7 @@ from metarl.discovery.loop import DiscoveryLoop
 from metarl.discovery.proposers.base import LLMCall, Proposal
 from metarl.tasks import get_task
 
-from conftest import TINY_DISCOVER, metarl_cli
-
-PPO = get_task("drift").seed("ppo_clip").source
+PPO = get_task("drift").seed_program("ppo_clip").source
 
 
 def tiny_config(**changes) -> DiscoverConfig:
@@ -41,15 +40,19 @@ class ScriptedProposer:
 
     def propose(self, request):
         item = self.script.pop(0)
-        self.undrained += [{"role": "user", "content": f"request gen {request.generation}"},
-                           {"role": "assistant", "content": f"reply {len(self.feedbacks)}"}]
+        self.undrained += [
+            {"role": "user", "content": f"request gen {request.generation}"},
+            {"role": "assistant", "content": f"reply {len(self.feedbacks)}"},
+        ]
         if isinstance(item, Exception):
             raise item
         return item
 
     def feedback(self, proposal, outcome, candidate_id):
         self.feedbacks.append((candidate_id, outcome.stage, outcome.reason))
-        self.undrained.append({"role": "user", "content": f"feedback on {candidate_id}: {outcome.stage}"})
+        self.undrained.append(
+            {"role": "user", "content": f"feedback on {candidate_id}: {outcome.stage}"}
+        )
 
     def get_state(self):
         return {"left": len(self.script)}
@@ -67,10 +70,20 @@ class ScriptedProposer:
 
 def test_discover_end_to_end(seeded_archive):
     """The main job through the CLI: seeds cached, children evaluated, leaderboard printed."""
-    result = metarl_cli("discover", *TINY_DISCOVER, "--budget", "3", "--children", "3",
-                        "--archive", str(seeded_archive))
+    result = metarl_cli(
+        "discover",
+        *TINY_DISCOVER,
+        "--budget",
+        "3",
+        "--children",
+        "3",
+        "--archive",
+        str(seeded_archive),
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "leaderboard" in result.stdout and "ppo_clip" in result.stdout and "seed" in result.stdout
+    assert (
+        "leaderboard" in result.stdout and "ppo_clip" in result.stdout and "seed" in result.stdout
+    )
     assert "Traceback" not in result.stderr
     with Archive(seeded_archive, must_exist=True) as archive:
         run = archive.get_run("r2")
@@ -96,12 +109,25 @@ def test_discover_end_to_end(seeded_archive):
 def test_proposer_failures_costs_and_dedup(seeded_archive, metarl_cache):
     script = [
         RuntimeError("API down"),
-        Proposal(code=None, failure="no code block in the reply",
-                 calls=[LLMCall(model="m", prompt=[{"role": "user", "content": "p"}], reply="sorry",
-                                prompt_tokens=12, completion_tokens=3, cost_usd=None)]),
+        Proposal(
+            code=None,
+            failure="no code block in the reply",
+            calls=[
+                LLMCall(
+                    model="m",
+                    prompt=[{"role": "user", "content": "p"}],
+                    reply="sorry",
+                    prompt_tokens=12,
+                    completion_tokens=3,
+                    cost_usd=None,
+                )
+            ],
+        ),
         Proposal(code="# same program, other comment\n" + PPO, name="copy"),
-        Proposal(code="import os\ndef drift(ratio, advantage, epsilon):\n    return os.getcwd()\n",
-                 calls=[LLMCall(model="m", prompt=[], reply="x", cost_usd=0.25, latency_s=1.5)]),
+        Proposal(
+            code="import os\ndef drift(ratio, advantage, epsilon):\n    return os.getcwd()\n",
+            calls=[LLMCall(model="m", prompt=[], reply="x", cost_usd=0.25, latency_s=1.5)],
+        ),
         Proposal(code=123),
     ]
     proposer = ScriptedProposer(script)
@@ -116,14 +142,19 @@ def test_proposer_failures_costs_and_dedup(seeded_archive, metarl_cache):
         assert rows[5]["status"] == "failed" and rows[5]["stage"] == "static"
         assert rows[6]["status"] == "no_code" and "not text" in rows[6]["reason"]
         # calls archived and linked; unknown cost stays unknown; the run's cost sums known ones
-        assert rows[3]["prompt_id"] and rows[3]["cost_usd"] is None and rows[3]["prompt_tokens"] == 12
+        assert (
+            rows[3]["prompt_id"] and rows[3]["cost_usd"] is None and rows[3]["prompt_tokens"] == 12
+        )
         assert archive.calls(rows[5]["id"])[0]["cost_usd"] == 0.25
         assert archive.get_run(result.run_id)["cost_usd"] == 0.25
         # feedback once per proposal (in completion order); messages archived after it
         assert sorted(f[0] for f in proposer.feedbacks) == [rows[s]["id"] for s in range(2, 7)]
         messages = archive.messages(result.run_id)
         assert len(messages) == 15
-        assert messages[-1]["content"] == f"feedback on {proposer.feedbacks[-1][0]}: {proposer.feedbacks[-1][1]}"
+        assert (
+            messages[-1]["content"]
+            == f"feedback on {proposer.feedbacks[-1][0]}: {proposer.feedbacks[-1][1]}"
+        )
         assert archive.integrity_check() == "ok"
 
 
@@ -140,8 +171,12 @@ def test_conversation_mode_one_at_a_time_and_resume_messages(seeded_archive, met
         assert [m["role"] for m in messages] == ["user", "assistant", "user"] * 2
         # resuming hands the archived dialogue back to the proposer, in order
         again = ScriptedProposer(script[2:])
-        DiscoveryLoop(archive, config.__class__(**{**config.to_dict(), "budget": 3}), again,
-                      resume=result.run_id).run()
+        DiscoveryLoop(
+            archive,
+            config.__class__(**{**config.to_dict(), "budget": 3}),
+            again,
+            resume=result.run_id,
+        ).run()
         assert [m["content"] for m in again.restored] == [m["content"] for m in messages]
         assert archive.get_run(result.run_id)["candidates_count"] == 3
 
@@ -170,9 +205,13 @@ def test_two_runs_share_one_archive_concurrently(seeded_archive, metarl_cache):
 
     def run(name):
         try:
-            proposer = ScriptedProposer([Proposal(code=None, failure=f"{name} {i}") for i in range(6)])
+            proposer = ScriptedProposer(
+                [Proposal(code=None, failure=f"{name} {i}") for i in range(6)]
+            )
             with Archive(seeded_archive) as archive:
-                results[name] = DiscoveryLoop(archive, tiny_config(budget=6, children=2), proposer).run()
+                results[name] = DiscoveryLoop(
+                    archive, tiny_config(budget=6, children=2), proposer
+                ).run()
         except Exception as error:  # surfaced below
             errors.append(error)
 

@@ -17,18 +17,18 @@ import pytest
 
 from metarl.discovery.proposers.base import ParentInfo, ProposalRequest
 from metarl.discovery.proposers.mutation import MutationProposer
-from metarl.evaluators.static_check import check_task_source
+from metarl.evaluation.static_check import check_task_source
 from metarl.tasks import get_task
 from metarl.tasks.candidate import normalise_source
 
 
 def _parents(task, names):
-    return [ParentInfo(id=n, code=task.seed(n).source, name=n) for n in names]
+    return [ParentInfo(id=n, code=task.seed_program(n).source, name=n) for n in names]
 
 
 def _mutants(task_name: str, count: int, crossover_every: int = 5):
     task = get_task(task_name)
-    names = [s.name for s in task.seeds()]
+    names = [s.name for s in task.seed_programs()]
     proposer = MutationProposer()
     out = []
     for i in range(count):
@@ -62,8 +62,12 @@ def test_reproducible_from_the_request_seed():
     first = MutationProposer().propose(request).code
     again = MutationProposer().propose(request).code
     assert first == again
-    others = {MutationProposer().propose(ProposalRequest(task=task, parents=request.parents,
-                                                         rng_seed=s)).code for s in range(20)}
+    others = {
+        MutationProposer()
+        .propose(ProposalRequest(task=task, parents=request.parents, rng_seed=s))
+        .code
+        for s in range(20)
+    }
     assert len(others) >= 12  # different seeds explore different programs
 
 
@@ -77,7 +81,9 @@ def test_crossover_grafts_the_donors_code():
     task = get_task("drift")
     grafted = 0
     for seed in range(30):
-        request = ProposalRequest(task=task, parents=_parents(task, ["ppo_clip", "lpo"]), rng_seed=seed)
+        request = ProposalRequest(
+            task=task, parents=_parents(task, ["ppo_clip", "lpo"]), rng_seed=seed
+        )
         proposal = MutationProposer().propose(request)
         if proposal.operator == "crossover":
             assert proposal.parent_ids == ["ppo_clip", "lpo"]
@@ -129,8 +135,11 @@ PROBE_SCRIPT = textwrap.dedent("""
 def _probe(task_name: str, sources: list[str]) -> list:
     # Generated programs run in a child process, never in the test process (as in the loop).
     proc = subprocess.run(
-        [sys.executable, "-c", PROBE_SCRIPT, task_name], input=json.dumps(sources),
-        capture_output=True, text=True, timeout=600,
+        [sys.executable, "-c", PROBE_SCRIPT, task_name],
+        input=json.dumps(sources),
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout)
@@ -140,7 +149,7 @@ def _probe_validity(task_name: str, count: int) -> float:
     task, mutants = _mutants(task_name, count)
     sources = [p.code for _, p in mutants]
     results = _probe(task_name, sources)
-    parents = _probe(task_name, [s.source for s in task.seeds()])
+    parents = _probe(task_name, [s.source for s in task.seed_programs()])
     parent_prints = {r[2] for r in parents}
     ok = sum(1 for r in results if r[0])
     same = sum(1 for r in results if r[0] and r[2] in parent_prints)
@@ -148,9 +157,11 @@ def _probe_validity(task_name: str, count: int) -> float:
     by_op = Counter()
     for (_, proposal), r in zip(mutants, results):
         by_op[(proposal.operator.split("+")[0], bool(r[0]))] += 1
-    print(f"\n{task_name}: probe validity {ok / count:.1%} of {count} mutants; "
-          f"{same} behave exactly like a seed; by operator {dict(sorted(by_op.items()))}; "
-          f"top failures {reasons.most_common(3)}")
+    print(
+        f"\n{task_name}: probe validity {ok / count:.1%} of {count} mutants; "
+        f"{same} behave exactly like a seed; by operator {dict(sorted(by_op.items()))}; "
+        f"top failures {reasons.most_common(3)}"
+    )
     return ok / count
 
 

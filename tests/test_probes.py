@@ -40,11 +40,11 @@ def test_tasks_have_probes_and_fingerprint_inputs(task_name):
 
 @pytest.mark.parametrize(
     "task_name, seed_name",
-    [(t, s.name) for t in task_names() for s in get_task(t).seeds()],
+    [(t, s.name) for t in task_names() for s in get_task(t).seed_programs()],
 )
 @pytest.mark.parametrize("rng_seed", [0, 12345])
 def test_every_seed_passes_its_probes_without_warnings(task_name, seed_name, rng_seed):
-    report = probe(task_name, get_task(task_name).seed(seed_name).source, rng_seed)
+    report = probe(task_name, get_task(task_name).seed_program(seed_name).source, rng_seed)
     assert report.ok, report.reason
     assert report.warnings == []
 
@@ -53,7 +53,7 @@ def test_fingerprints_are_deterministic_and_tell_programs_apart():
     prints = {}
     for task_name in task_names():
         task = get_task(task_name)
-        for seed in task.seeds():
+        for seed in task.seed_programs():
             function = load(task_name, seed.source)
             first = fingerprint(function, task.fingerprint_inputs())
             assert first == fingerprint(function, task.fingerprint_inputs())
@@ -63,13 +63,19 @@ def test_fingerprints_are_deterministic_and_tell_programs_apart():
 
 def test_same_behaviour_different_source_has_the_same_fingerprint():
     task = get_task("drift")
-    original = load("drift", task.seed("ppo_clip").source)
-    rewritten = load("drift", drift(
-        "    upper = 1.0 + epsilon\n    lower = 1.0 - epsilon\n"
-        "    excess = ratio - jnp.minimum(jnp.maximum(ratio, lower), upper)\n"
-        "    return jnp.maximum(excess * advantage, 0.0)\n"
-    ))
-    different = load("drift", drift("    return 2.0 * jax.nn.relu((ratio - jnp.clip(ratio, 0.8, 1.2)) * advantage)\n"))
+    original = load("drift", task.seed_program("ppo_clip").source)
+    rewritten = load(
+        "drift",
+        drift(
+            "    upper = 1.0 + epsilon\n    lower = 1.0 - epsilon\n"
+            "    excess = ratio - jnp.minimum(jnp.maximum(ratio, lower), upper)\n"
+            "    return jnp.maximum(excess * advantage, 0.0)\n"
+        ),
+    )
+    different = load(
+        "drift",
+        drift("    return 2.0 * jax.nn.relu((ratio - jnp.clip(ratio, 0.8, 1.2)) * advantage)\n"),
+    )
     inputs = task.fingerprint_inputs()
     assert fingerprint(original, inputs) == fingerprint(rewritten, inputs)
     assert fingerprint(original, inputs) != fingerprint(different, inputs)
@@ -87,20 +93,34 @@ def test_fingerprint_rounding_ignores_float_noise():
 @pytest.mark.parametrize(
     "body, reason",
     [
-        ("    return (ratio[:, None] - 1.0) * advantage\n", "has shape (64, 64) for ratio of shape (64,); expected exactly (64,)"),
+        (
+            "    return (ratio[:, None] - 1.0) * advantage\n",
+            "has shape (64, 64) for ratio of shape (64,); expected exactly (64,)",
+        ),
         ("    return jnp.sum(ratio)\n", "has shape () for ratio of shape (64,)"),
         ("    return ratio > 1.0\n", "has dtype bool"),
         ("    return ratio.astype(jnp.int32)\n", "has dtype int32"),
         ("    return (1.0, 2.0)\n", "is a tuple, not an array"),
-        ("    if ratio.mean() > 1.0:\n        return ratio\n    return ratio\n",
-         "TracerBoolConversionError at line 2 (`if ratio.mean() > 1.0:`)"),
+        (
+            "    if ratio.mean() > 1.0:\n        return ratio\n    return ratio\n",
+            "TracerBoolConversionError at line 2 (`if ratio.mean() > 1.0:`)",
+        ),
         ("    return ratio * float(advantage.max())\n", "ConcretizationTypeError at line 2"),
         ("    return ratio + 'x'\n", "TypeError at line 2 (`return ratio + 'x'`)"),
-        ("    return jax.nn.relu(jnp.log(ratio - 1.0) * advantage)\n", "drift returned nan at ratio="),
-        ("    return jnp.sqrt(jnp.abs(ratio - 1.0))\n", "gradient of drift with respect to ratio is inf"),
+        (
+            "    return jax.nn.relu(jnp.log(ratio - 1.0) * advantage)\n",
+            "drift returned nan at ratio=",
+        ),
+        (
+            "    return jnp.sqrt(jnp.abs(ratio - 1.0))\n",
+            "gradient of drift with respect to ratio is inf",
+        ),
         ("    return (ratio - 1.0) * advantage\n", "drift is negative"),
         ("    return (ratio - jnp.mean(ratio)) ** 2\n", "drift is not elementwise"),
-        ("    return jnp.square(ratio - 1.0) * jnp.linspace(1.0, 2.0, ratio.shape[-1])\n", "not elementwise"),
+        (
+            "    return jnp.square(ratio - 1.0) * jnp.linspace(1.0, 2.0, ratio.shape[-1])\n",
+            "not elementwise",
+        ),
         ("    return jnp.square(ratio - 1.0) * (ratio.shape[0] == 64)\n", "not elementwise"),
     ],
 )
@@ -122,21 +142,39 @@ def test_drift_policy_nonzero_at_ratio_one_is_a_warning_not_a_failure():
 @pytest.mark.parametrize(
     "body, reason",
     [
-        ("    return -lr * grad / (jnp.linalg.norm(grad) + 1e-8), state\n", "not elementwise: changing some elements"),
+        (
+            "    return -lr * grad / (jnp.linalg.norm(grad) + 1e-8), state\n",
+            "not elementwise: changing some elements",
+        ),
         ("    return -lr * grad / (jnp.mean(jnp.abs(grad)) + 1e-8), state\n", "not elementwise"),
-        ("    return -lr * grad * jnp.linspace(0.5, 1.5, grad.size).reshape(grad.shape), state\n",
-         "permuting the elements"),
+        (
+            "    return -lr * grad * jnp.linspace(0.5, 1.5, grad.size).reshape(grad.shape), "
+            "state\n",
+            "permuting the elements",
+        ),
         ("    return -lr * jnp.sort(grad.ravel()).reshape(grad.shape), state\n", "not elementwise"),
         ("    return -lr * grad\n", "optimizer returned a single array of shape (6, 5)"),
         ("    return -lr * grad, state, 0.0\n", "returned a tuple of length 3"),
-        ("    return -lr * grad, state[0]\n", "new_state has shape (6, 5) for a parameter of shape (6, 5); expected exactly (4, 6, 5)"),
+        (
+            "    return -lr * grad, state[0]\n",
+            "new_state has shape (6, 5) for a parameter of shape (6, 5); expected exactly (4, 6, "
+            "5)",
+        ),
         ("    return (-lr * grad)[None], state\n", "update has shape (1, 6, 5)"),
         ("    return -lr * jnp.sum(grad), state\n", "update has shape ()"),
         ("    return grad > 0, state\n", "update has dtype bool"),
-        ("    if step < 10:\n        return -lr * grad, state\n    return -lr * grad, state\n",
-         "TracerBoolConversionError at line 2 (`if step < 10:`)"),
-        ("    return -lr * grad / state[1], state.at[1].set(state[1] + grad ** 2)\n", "nan/inf at step 1 of"),
-        ("    return -lr * grad * jnp.exp(100.0 * step), state\n", "update contains -inf for a parameter of shape (6, 5)"),
+        (
+            "    if step < 10:\n        return -lr * grad, state\n    return -lr * grad, state\n",
+            "TracerBoolConversionError at line 2 (`if step < 10:`)",
+        ),
+        (
+            "    return -lr * grad / state[1], state.at[1].set(state[1] + grad ** 2)\n",
+            "nan/inf at step 1 of",
+        ),
+        (
+            "    return -lr * grad * jnp.exp(100.0 * step), state\n",
+            "update contains -inf for a parameter of shape (6, 5)",
+        ),
     ],
 )
 def test_optimizer_probe_failures(body, reason):
@@ -152,11 +190,14 @@ def test_optimizer_ascent_is_a_warning():
 
 
 def test_optimizer_rules_using_momentum_and_state_pass():
-    report = probe("optimizer", rule(
-        "    m = momentum[2]\n    v = state[0] * 0.99 + 0.01 * grad ** 2\n"
-        "    update = -lr * m / (jnp.sqrt(v) + 1e-8) * (1.0 - progress)\n"
-        "    return update, state.at[0].set(v)\n"
-    ))
+    report = probe(
+        "optimizer",
+        rule(
+            "    m = momentum[2]\n    v = state[0] * 0.99 + 0.01 * grad ** 2\n"
+            "    update = -lr * m / (jnp.sqrt(v) + 1e-8) * (1.0 - progress)\n"
+            "    return update, state.at[0].set(v)\n"
+        ),
+    )
     assert report.ok, report.reason
 
 

@@ -20,11 +20,10 @@ import sys
 import time
 
 import pytest
+from conftest import TINY_DISCOVER, metarl_cli
 
 from metarl.archives import Archive
 from metarl.archives.queries import leaderboard
-
-from conftest import TINY_DISCOVER, metarl_cli
 
 RUN_ARGS = [*TINY_DISCOVER, "--budget", "3", "--children", "2", "--seed", "5"]
 
@@ -35,15 +34,37 @@ def _children(path) -> list[dict]:
 
 
 def _signature(path) -> list[tuple]:
-    return [(r["id"], r["code"], r["status"], r["stage"], r["fitness"], r["confirmed_fitness"],
-             tuple(r["parent_ids"] or ()), r["generation"], r["island"]) for r in _children(path)]
+    return [
+        (
+            r["id"],
+            r["code"],
+            r["status"],
+            r["stage"],
+            r["fitness"],
+            r["confirmed_fitness"],
+            tuple(r["parent_ids"] or ()),
+            r["generation"],
+            r["island"],
+        )
+        for r in _children(path)
+    ]
 
 
 def _start(path) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-c", "from metarl.cli.app import main; main()", "discover", *RUN_ARGS,
-         "--archive", str(path)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ),
+        [
+            sys.executable,
+            "-c",
+            "from metarl.cli.app import main; main()",
+            "discover",
+            *RUN_ARGS,
+            "--archive",
+            str(path),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ),
     )
 
 
@@ -58,10 +79,14 @@ def _read_while_running(path, proc, rng: random.Random, min_children: int) -> di
         start = time.perf_counter()
         conn = sqlite3.connect(str(path), timeout=2)
         try:
-            candidates = conn.execute("SELECT count(*) FROM candidates WHERE run_id = 'r2' AND is_seed = 0").fetchone()[0]
+            candidates = conn.execute(
+                "SELECT count(*) FROM candidates WHERE run_id = 'r2' AND is_seed = 0"
+            ).fetchone()[0]
             orphans = conn.execute(
-                "SELECT count(*) FROM evaluations e LEFT JOIN candidates c ON c.id = e.candidate_id "
-                "WHERE c.id IS NULL").fetchone()[0]
+                "SELECT count(*) FROM evaluations e LEFT JOIN candidates c ON c.id = "
+                "e.candidate_id "
+                "WHERE c.id IS NULL"
+            ).fetchone()[0]
             assert orphans == 0  # never half a candidate
         finally:
             conn.close()
@@ -132,9 +157,19 @@ def test_repeated_sigkills(seeded_archive, reference, metarl_cache):
     _kill_and_check(seeded_archive, proc)
     for _ in range(3):
         proc = subprocess.Popen(
-            [sys.executable, "-c", "from metarl.cli.app import main; main()", "resume", "r2",
-             "--archive", str(seeded_archive), "--no-live"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                "-c",
+                "from metarl.cli.app import main; main()",
+                "resume",
+                "r2",
+                "--archive",
+                str(seeded_archive),
+                "--no-live",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         time.sleep(rng.uniform(3.0, 15.0))
         _kill_and_check(seeded_archive, proc)
@@ -149,7 +184,10 @@ def test_ctrl_c_stops_cleanly(seeded_archive, metarl_cache):
     deadline = time.monotonic() + 300
     while proc.poll() is None and time.monotonic() < deadline:
         with Archive(seeded_archive, must_exist=True) as archive:
-            if archive.query("SELECT 1 FROM runs WHERE id = 'r2' AND generation >= 0 AND state LIKE '%\"plan\": {%'"):
+            if archive.query(
+                "SELECT 1 FROM runs WHERE id = 'r2' AND generation >= 0 AND state LIKE "
+                "'%\"plan\": {%'"
+            ):
                 break
         time.sleep(0.2)
     time.sleep(1.0)

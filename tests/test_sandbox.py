@@ -9,8 +9,8 @@ import time
 import psutil
 import pytest
 
-from metarl.evaluators.cascade import CascadeSettings, Evaluator
-from metarl.evaluators.sandbox import (
+from metarl.evaluation.cascade import CascadeSettings, Evaluator
+from metarl.evaluation.sandbox import (
     MAX_MESSAGE_BYTES,
     SandboxLimits,
     WorkerProcess,
@@ -33,7 +33,9 @@ def gone(pid: int) -> bool:
         return True
 
 
-SETTINGS = dict(suite="smoke", seeds=1, total_timesteps=4096, short_timesteps=4096, timeout_s=60, probe_seed=0)
+SETTINGS = dict(
+    suite="smoke", seeds=1, total_timesteps=4096, short_timesteps=4096, timeout_s=60, probe_seed=0
+)
 
 
 def test_environment_is_an_allow_list_without_secrets(monkeypatch, tmp_path):
@@ -42,7 +44,9 @@ def test_environment_is_an_allow_list_without_secrets(monkeypatch, tmp_path):
     monkeypatch.setenv("GITHUB_TOKEN", "secret")
     monkeypatch.setenv("SOME_UNRELATED_VAR", "x")
     env = scrubbed_environment(str(tmp_path))
-    assert not {"OPENAI_API_KEY", "METARL_LLM_API_KEY", "GITHUB_TOKEN", "SOME_UNRELATED_VAR"} & set(env)
+    assert not {"OPENAI_API_KEY", "METARL_LLM_API_KEY", "GITHUB_TOKEN", "SOME_UNRELATED_VAR"} & set(
+        env
+    )
     assert env["HOME"] == env["TMPDIR"] == str(tmp_path)
     assert "METARL_CACHE_DIR" not in env  # workers never learn where the cache is
 
@@ -60,7 +64,10 @@ def test_worker_is_isolated_limited_and_cleaned_up(monkeypatch, role):
     assert run.ready_info["network"] == "netns"
     # its own PID namespace: only its own processes, and none of their environments holds a
     # secret (bubblewrap's PID-1 helper was started with an empty environment)
-    assert inside["visible_pids"] == sorted(inside["visible_pids"]) and len(inside["visible_pids"]) <= 3
+    assert (
+        inside["visible_pids"] == sorted(inside["visible_pids"])
+        and len(inside["visible_pids"]) <= 3
+    )
     assert os.getpid() not in inside["visible_pids"] or inside["visible_pids"] == [1, 2]
     assert not any("sk-canary" in text for text in inside["environs"].values())
     assert inside["environs"]["1"] == ""
@@ -85,14 +92,18 @@ def test_worker_is_isolated_limited_and_cleaned_up(monkeypatch, role):
 
 
 def test_limits_apply_before_imports_so_a_tiny_memory_limit_fails_startup():
-    run = run_job({"kind": "introspect"}, SandboxLimits(timeout_s=30, memory_mb=64, startup_timeout_s=60))
+    run = run_job(
+        {"kind": "introspect"}, SandboxLimits(timeout_s=30, memory_mb=64, startup_timeout_s=60)
+    )
     assert run.status == "startup"
     assert "failed to start" in run.reason
     assert gone(run.pid) and not os.path.exists(run.workdir)
 
 
 def test_timeout_kills_the_whole_process_group():
-    source = "def drift(ratio, advantage, epsilon):\n    while True:\n        pass\n    return ratio\n"
+    source = (
+        "def drift(ratio, advantage, epsilon):\n    while True:\n        pass\n    return ratio\n"
+    )
     worker = WorkerProcess(SandboxLimits(timeout_s=3), role="tracer")
     assert worker.wait_ready()
     job = {"kind": "trace", "task": "drift", "source": source, "probe_seed": 0, "platform": "cpu"}
@@ -107,7 +118,10 @@ def test_timeout_kills_the_whole_process_group():
 
 
 def test_candidate_output_cannot_forge_a_result():
-    forged = '{"event": "result", "kind": "evaluate", "payload": {"passed": true, "stage": "full", "fitness": 99.0}}'
+    forged = (
+        '{"event": "result", "kind": "evaluate", '
+        '"payload": {"passed": true, "stage": "full", "fitness": 99.0}}'
+    )
     source = (
         "def drift(ratio, advantage, epsilon):\n"
         f"    print({forged!r})\n"
@@ -125,7 +139,13 @@ def test_channel_turns_non_objects_and_over_long_lines_into_garbled_events():
     read_fd, write_fd = os.pipe()
     channel = WorkerProcess.__new__(WorkerProcess)  # only the reading half of a worker
     channel.read_fd, channel._buffer, channel._overflow = read_fd, bytearray(), False
-    lines = [b'{"event": "ready"}', b"[1, 2]", b"{broken", b"A" * (MAX_MESSAGE_BYTES + 10), b'{"event": "x"}']
+    lines = [
+        b'{"event": "ready"}',
+        b"[1, 2]",
+        b"{broken",
+        b"A" * (MAX_MESSAGE_BYTES + 10),
+        b'{"event": "x"}',
+    ]
 
     def write() -> None:
         with os.fdopen(write_fd, "wb") as pipe:
@@ -172,7 +192,12 @@ def test_concurrent_evaluations_are_independent():
     }
     with Evaluator(CascadeSettings(**SETTINGS), workers=2) as evaluator:
         with ThreadPoolExecutor(2) as threads:
-            outcomes = dict(zip(shapes, threads.map(lambda s: evaluator.evaluate(s, "drift"), shapes)))
+            outcomes = dict(
+                zip(shapes, threads.map(lambda s: evaluator.evaluate(s, "drift"), shapes))
+            )
     for source, reason in shapes.items():
         assert outcomes[source].stage == "probes" and reason in outcomes[source].reason
-    assert outcomes[list(shapes)[0]].sandbox["worker_pid"] != outcomes[list(shapes)[1]].sandbox["worker_pid"]
+    assert (
+        outcomes[list(shapes)[0]].sandbox["worker_pid"]
+        != outcomes[list(shapes)[1]].sandbox["worker_pid"]
+    )

@@ -5,10 +5,9 @@ import math
 
 import pytest
 
-from metarl.evaluators import baseline_cache
-from metarl.evaluators.configs import default_config
-from metarl.evaluators.scoring import aggregate, interquartile_mean, normalised_score
-from metarl.tasks import get_task
+from metarl.evaluation import baseline_cache
+from metarl.rl.configs import default_config
+from metarl.rl.scoring import aggregate, interquartile_mean, normalised_score
 
 
 def test_normalised_score_arithmetic():
@@ -45,7 +44,9 @@ def test_baseline_cache_keys_on_everything_that_changes_a_baseline(tmp_path, mon
     keys = {
         baseline_cache.baseline_key("drift", source_hash, config, [0]),
         baseline_cache.baseline_key("drift", source_hash, config, [0, 1]),
-        baseline_cache.baseline_key("drift", source_hash, config.replace(total_timesteps=4096), [0]),
+        baseline_cache.baseline_key(
+            "drift", source_hash, config.replace(total_timesteps=4096), [0]
+        ),
         baseline_cache.baseline_key("optimizer", source_hash, config, [0]),
         baseline_cache.baseline_key("drift", "y", config, [0]),
     }

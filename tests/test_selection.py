@@ -12,8 +12,8 @@ from metarl.discovery.selection import Islands, Member, code_tokens, combined_sc
 from metarl.tasks import get_task
 from metarl.tasks.candidate import source_hash
 
-PPO = get_task("drift").seed("ppo_clip").source
-LPO = get_task("drift").seed("lpo").source
+PPO = get_task("drift").seed_program("ppo_clip").source
+LPO = get_task("drift").seed_program("lpo").source
 
 
 def _members(fitness: dict[str, float], code: dict[str, str] | None = None) -> dict[str, Member]:
@@ -32,8 +32,11 @@ def test_tournament_prefers_fitter_members():
 
 def test_novelty_rewards_structurally_different_programs():
     mutant = PPO.replace("1.0 - epsilon", "0.9 - epsilon")
-    members = list(_members({"ppo": 1.0, "ppo2": 1.0, "lpo": 1.0},
-                            {"ppo": PPO, "ppo2": mutant, "lpo": LPO}).values())
+    members = list(
+        _members(
+            {"ppo": 1.0, "ppo2": 1.0, "lpo": 1.0}, {"ppo": PPO, "ppo2": mutant, "lpo": LPO}
+        ).values()
+    )
     novelty = [selection.novelty(m, members) for m in members]
     assert novelty[2] > novelty[0] and novelty[2] > novelty[1]
     scores = combined_scores(members, novelty_weight=1.0)
@@ -68,11 +71,13 @@ def test_plan_is_deterministic_and_resumable():
     first = selection.plan_children(rng, islands, lookup, 4, crossover_probability=0.5)
     saved = json.loads(json.dumps(selection.rng_state(rng)))  # through JSON, as in the archive
     after = selection.plan_children(rng, islands, lookup, 4, crossover_probability=0.5)
-    replay = selection.plan_children(selection.rng_from_state(None, 7), islands, lookup, 4,
-                                     crossover_probability=0.5)
+    replay = selection.plan_children(
+        selection.rng_from_state(None, 7), islands, lookup, 4, crossover_probability=0.5
+    )
     assert [p.__dict__ for p in replay] == [p.__dict__ for p in first]
-    resumed = selection.plan_children(selection.rng_from_state(saved, 7), islands, lookup, 4,
-                                      crossover_probability=0.5)
+    resumed = selection.plan_children(
+        selection.rng_from_state(saved, 7), islands, lookup, 4, crossover_probability=0.5
+    )
     assert [p.__dict__ for p in resumed] == [p.__dict__ for p in after]
     assert [p.island for p in first] == [0, 1, 0, 1]
     for plan in first:
@@ -92,8 +97,10 @@ def test_noise_aware_contenders():
 
 
 def test_source_dedup_ignores_comments_and_formatting():
-    variant = "# a comment\ndef drift(ratio, advantage, epsilon):\n    '''doc'''\n" \
-              "    clipped_ratio = jnp.clip(ratio, 1.0 - epsilon, 1.0 + epsilon)\n" \
-              "    return jax.nn.relu((ratio - clipped_ratio)   *   advantage)\n"
+    variant = (
+        "# a comment\ndef drift(ratio, advantage, epsilon):\n    '''doc'''\n"
+        "    clipped_ratio = jnp.clip(ratio, 1.0 - epsilon, 1.0 + epsilon)\n"
+        "    return jax.nn.relu((ratio - clipped_ratio)   *   advantage)\n"
+    )
     assert source_hash(variant) == source_hash(PPO)
     assert source_hash(PPO.replace("1.0 +", "1.1 +")) != source_hash(PPO)

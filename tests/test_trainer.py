@@ -5,9 +5,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from metarl.evaluators.configs import default_config
-from metarl.evaluators.ppo import Components, Transition, compute_gae, make_train, ppo_clip_drift
-from metarl.evaluators.training import run_training
+from metarl.rl.components import Components, ppo_clip_drift
+from metarl.rl.configs import default_config
+from metarl.rl.ppo import Transition, compute_gae, make_train
+from metarl.rl.training import run_training
 from metarl.tasks import get_task
 from metarl.tasks.candidate import load_function
 
@@ -29,7 +30,7 @@ def test_drift_form_equals_clipped_surrogate_in_value_and_gradient(seed):
     key_logp, key_adv = jax.random.split(jax.random.PRNGKey(seed))
     log_ratio = 0.4 * jax.random.normal(key_logp, (4096,))  # ratios well outside the clip range
     advantage = jax.random.normal(key_adv, (4096,))
-    seed_drift = load_function(get_task("drift").seed("ppo_clip").source, "drift")
+    seed_drift = load_function(get_task("drift").seed_program("ppo_clip").source, "drift")
 
     def via_drift(lr):
         return drift_form_loss(seed_drift, jnp.exp(lr), advantage, 0.2)
@@ -48,7 +49,7 @@ def test_drift_form_equals_clipped_surrogate_in_value_and_gradient(seed):
 def test_ppo_clip_seed_file_is_the_trainer_default():
     ratio = jnp.linspace(0.3, 2.5, 101)
     advantage = jnp.linspace(-2.0, 2.0, 101)
-    seed_drift = load_function(get_task("drift").seed("ppo_clip").source, "drift")
+    seed_drift = load_function(get_task("drift").seed_program("ppo_clip").source, "drift")
     assert jnp.array_equal(seed_drift(ratio, advantage, 0.2), ppo_clip_drift(ratio, advantage, 0.2))
 
 
@@ -75,7 +76,9 @@ def test_same_seed_same_returns_different_seed_different(reference_run):
     again = jax.jit(jax.vmap(make_train(TINY)))(
         jnp.stack([jax.random.PRNGKey(0), jax.random.PRNGKey(1)])
     )
-    np.testing.assert_array_equal(np.asarray(again.actor_loss), np.asarray(reference_run.actor_loss))
+    np.testing.assert_array_equal(
+        np.asarray(again.actor_loss), np.asarray(reference_run.actor_loss)
+    )
     np.testing.assert_array_equal(
         np.asarray(again.episode_return), np.asarray(reference_run.episode_return)
     )
@@ -87,7 +90,7 @@ def test_same_seed_same_returns_different_seed_different(reference_run):
 @pytest.mark.parametrize("task_name,seed_name", [("drift", "ppo_clip"), ("optimizer", "adam")])
 def test_baseline_seeds_reproduce_ppo_with_adam_exactly(reference_run, task_name, seed_name):
     task = get_task(task_name)
-    components = task.plug(load_function(task.seed(seed_name).source, task.function_name))
+    components = task.plug(load_function(task.seed_program(seed_name).source, task.function_name))
     out = jax.jit(jax.vmap(make_train(TINY, components)))(
         jnp.stack([jax.random.PRNGKey(0), jax.random.PRNGKey(1)])
     )

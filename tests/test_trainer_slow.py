@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from metarl.evaluators.configs import default_config
-from metarl.evaluators.ppo import Components
-from metarl.evaluators.training import run_training
+from metarl.rl.components import Components
+from metarl.rl.configs import default_config
+from metarl.rl.training import run_training
 
 
 @pytest.mark.slow

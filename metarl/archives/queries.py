@@ -43,13 +43,13 @@ class Leaderboard:
     notes: list[str] = field(default_factory=list)
 
 
-
 def _filter_task_suite(where: list, params: list, task, suite, prefix: str = "") -> None:
     """Append `task = ?` / `suite = ?` conditions for the filters that are set."""
     for column, value in (("task", task), ("suite", suite)):
         if value:
             where.append(f"{prefix}{column} = ?")
             params.append(value)
+
 
 def leaderboard(
     archive: Archive,
@@ -85,7 +85,8 @@ def leaderboard(
     else:
         title = "all runs"
     rows = archive.query(
-        "SELECT c.* FROM candidates c WHERE " + " AND ".join(where)
+        "SELECT c.* FROM candidates c WHERE "
+        + " AND ".join(where)
         + " ORDER BY coalesce(c.confirmed_fitness, c.fitness) DESC, c.seq",
         params,
     )
@@ -105,7 +106,8 @@ def leaderboard(
     if ids:
         marks = ",".join("?" * len(ids))
         for ev in archive.query(
-            f"SELECT candidate_id, env, normalised FROM evaluations WHERE candidate_id IN ({marks}) "
+            "SELECT candidate_id, env, normalised FROM evaluations WHERE candidate_id IN "
+            f"({marks}) "
             "AND purpose = 'selection' AND stage = 'full' AND heldout = 0 ORDER BY id",
             ids,
         ):
@@ -115,15 +117,29 @@ def leaderboard(
     out = []
     for rank, row in enumerate(rows, 1):
         seeds = json.loads(row["seeds"]) if row.get("seeds") else []
-        heldout = row["confirmed_heldout"] if row["confirmed_heldout"] is not None else row["heldout"]
-        out.append(LeaderRow(
-            rank=rank, id=row["id"], run_id=row["run_id"], name=row["name"] or "",
-            env_scores=scores.get(row["id"], {}), fitness=row["fitness"],
-            confirmed=row["confirmed_fitness"], heldout=heldout,
-            generation=row["generation"] or 0, proposer=row["proposer"] or "",
-            operator=row["operator"] or "", is_seed=bool(row["is_seed"]), task=row["task"] or "",
-            suite=row["suite"] or "", seeds=len(seeds), total_timesteps=row["total_timesteps"],
-        ))
+        heldout = (
+            row["confirmed_heldout"] if row["confirmed_heldout"] is not None else row["heldout"]
+        )
+        out.append(
+            LeaderRow(
+                rank=rank,
+                id=row["id"],
+                run_id=row["run_id"],
+                name=row["name"] or "",
+                env_scores=scores.get(row["id"], {}),
+                fitness=row["fitness"],
+                confirmed=row["confirmed_fitness"],
+                heldout=heldout,
+                generation=row["generation"] or 0,
+                proposer=row["proposer"] or "",
+                operator=row["operator"] or "",
+                is_seed=bool(row["is_seed"]),
+                task=row["task"] or "",
+                suite=row["suite"] or "",
+                seeds=len(seeds),
+                total_timesteps=row["total_timesteps"],
+            )
+        )
     mixed = len({(r.task, r.suite) for r in out}) > 1
     return Leaderboard(rows=out, envs=envs, title=title, mixed=mixed)
 
@@ -139,11 +155,18 @@ def lineage(archive: Archive, candidate_id: str, max_depth: int = 50) -> dict:
         except ArchiveError:
             return {"id": cid, "missing": True, "parents": []}
         info = {
-            "id": cid, "name": row.get("name") or "", "fitness": row.get("fitness"),
-            "confirmed": row.get("confirmed_fitness"), "status": row.get("status"),
-            "stage": row.get("stage"), "operator": row.get("operator") or "",
-            "proposer": row.get("proposer") or "", "generation": row.get("generation") or 0,
-            "is_seed": bool(row.get("is_seed")), "parents": [], "repeat": False,
+            "id": cid,
+            "name": row.get("name") or "",
+            "fitness": row.get("fitness"),
+            "confirmed": row.get("confirmed_fitness"),
+            "status": row.get("status"),
+            "stage": row.get("stage"),
+            "operator": row.get("operator") or "",
+            "proposer": row.get("proposer") or "",
+            "generation": row.get("generation") or 0,
+            "is_seed": bool(row.get("is_seed")),
+            "parents": [],
+            "repeat": False,
         }
         if cid in seen:
             info["repeat"] = True
@@ -158,7 +181,8 @@ def lineage(archive: Archive, candidate_id: str, max_depth: int = 50) -> dict:
 
 def run_summary(archive: Archive, run_id: str) -> dict:
     counts = archive.query(
-        "SELECT status, count(*) AS n FROM candidates WHERE run_id = ? AND is_seed = 0 GROUP BY status",
+        "SELECT status, count(*) AS n FROM candidates WHERE run_id = ? AND is_seed = 0 GROUP BY "
+        "status",
         (run_id,),
     )
     stages = archive.query(
@@ -175,11 +199,36 @@ def run_summary(archive: Archive, run_id: str) -> dict:
 # -- export ---------------------------------------------------------------------------------
 
 CSV_COLUMNS = [
-    "id", "run_id", "seq", "name", "status", "stage", "reason", "fitness", "confirmed_fitness",
-    "heldout", "confirmed_heldout", "generation", "island", "is_seed", "proposer", "operator",
-    "parent_ids", "hash", "fingerprint", "duplicate_of", "cached_from", "seeds",
-    "total_timesteps", "eval_key", "eval_s", "prompt_tokens", "completion_tokens", "cost_usd",
-    "created_at", "code",
+    "id",
+    "run_id",
+    "seq",
+    "name",
+    "status",
+    "stage",
+    "reason",
+    "fitness",
+    "confirmed_fitness",
+    "heldout",
+    "confirmed_heldout",
+    "generation",
+    "island",
+    "is_seed",
+    "proposer",
+    "operator",
+    "parent_ids",
+    "hash",
+    "fingerprint",
+    "duplicate_of",
+    "cached_from",
+    "seeds",
+    "total_timesteps",
+    "eval_key",
+    "eval_s",
+    "prompt_tokens",
+    "completion_tokens",
+    "cost_usd",
+    "created_at",
+    "code",
 ]
 
 
@@ -226,6 +275,13 @@ def export_csv(archive: Archive, run_id: str) -> str:
 
 
 __all__ = [
-    "LeaderRow", "Leaderboard", "leaderboard", "lineage", "run_summary", "export_run",
-    "export_json", "export_csv", "_decode",
+    "LeaderRow",
+    "Leaderboard",
+    "leaderboard",
+    "lineage",
+    "run_summary",
+    "export_run",
+    "export_json",
+    "export_csv",
+    "_decode",
 ]

@@ -21,14 +21,20 @@ from typing import Any, Iterator
 from sqlite_utils import Database
 
 from metarl.archives.schema import MIGRATIONS, SCHEMA_VERSION
-from metarl.evaluators.outcome import Outcome
+from metarl.evaluation.outcome import Outcome
 
 MAX_CURVE_POINTS = 64
 OUR_TABLES = {"runs", "candidates", "evaluations", "parents", "calls", "messages"}
 JSON_COLUMNS = {
     "runs": {"config", "versions", "state"},
     "candidates": {
-        "parent_ids", "call_ids", "confirmed_seeds", "seeds", "versions", "timings", "warnings",
+        "parent_ids",
+        "call_ids",
+        "confirmed_seeds",
+        "seeds",
+        "versions",
+        "timings",
+        "warnings",
         "outcome",
     },
     "evaluations": {"seeds", "returns", "curve_steps", "curve"},
@@ -105,7 +111,9 @@ class Archive:
                 f"no archive at {self.path}: run `metarl discover` first, or pass --archive PATH"
             )
         if not self.path.parent.exists():
-            raise ArchiveError(f"cannot create {self.path}: folder {self.path.parent} does not exist")
+            raise ArchiveError(
+                f"cannot create {self.path}: folder {self.path.parent} does not exist"
+            )
         self._lock = threading.RLock()
         try:
             conn = sqlite3.connect(str(self.path), timeout=60, check_same_thread=False)
@@ -190,9 +198,17 @@ class Archive:
             run_id = f"r{seq}"
             stamp = now()
             record = {
-                "id": run_id, "seq": seq, "status": "running", "started_at": stamp,
-                "updated_at": stamp, "host": socket.gethostname(), "pid": os.getpid(),
-                "candidates_count": 0, "elapsed_s": 0.0, "cost_usd": 0.0, "generation": 0,
+                "id": run_id,
+                "seq": seq,
+                "status": "running",
+                "started_at": stamp,
+                "updated_at": stamp,
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "candidates_count": 0,
+                "elapsed_s": 0.0,
+                "cost_usd": 0.0,
+                "generation": 0,
             }
             record.update(fields)
             self.db["runs"].insert(self._encode("runs", record))
@@ -207,7 +223,9 @@ class Archive:
         rows = self.query("SELECT * FROM runs WHERE id = ?", (run_id,))
         if not rows:
             known = [r["id"] for r in self.query("SELECT id FROM runs ORDER BY seq")]
-            hint = f"; runs in this archive: {', '.join(known[-10:])}" if known else "; it has no runs"
+            hint = (
+                f"; runs in this archive: {', '.join(known[-10:])}" if known else "; it has no runs"
+            )
             raise ArchiveError(f"no run {run_id!r} in {self.path}{hint}")
         return _decode("runs", rows[0])
 
@@ -230,7 +248,11 @@ class Archive:
     def _encode(self, table: str, record: dict) -> dict:
         out = {}
         for key, value in record.items():
-            if key in JSON_COLUMNS.get(table, ()) and value is not None and not isinstance(value, str):
+            if (
+                key in JSON_COLUMNS.get(table, ())
+                and value is not None
+                and not isinstance(value, str)
+            ):
                 value = dumps(value)
             elif isinstance(value, float) and not math.isfinite(value):
                 value = None
@@ -254,10 +276,15 @@ class Archive:
         with self.transaction() as db:
             call_ids = []
             for call in calls:
-                record = self._encode("calls", {
-                    "run_id": row.get("run_id"), "candidate_id": row["id"],
-                    "created_at": row["created_at"], **call,
-                })
+                record = self._encode(
+                    "calls",
+                    {
+                        "run_id": row.get("run_id"),
+                        "candidate_id": row["id"],
+                        "created_at": row["created_at"],
+                        **call,
+                    },
+                )
                 call_ids.append(db["calls"].insert(record).last_pk)
             if call_ids:
                 row["call_ids"] = call_ids
@@ -272,21 +299,33 @@ class Archive:
                     db["evaluations"].insert(self._encode("evaluations", record))
             db["candidates"].insert(self._encode("candidates", row))
             for position, parent in enumerate(row.get("parent_ids") or []):
-                db["parents"].insert({
-                    "child_id": row["id"], "parent_id": parent, "position": position,
-                    "run_id": row.get("run_id"),
-                })
+                db["parents"].insert(
+                    {
+                        "child_id": row["id"],
+                        "parent_id": parent,
+                        "position": position,
+                        "run_id": row.get("run_id"),
+                    }
+                )
             if messages:
-                start = self.query(
-                    "SELECT coalesce(max(seq), -1) AS m FROM messages WHERE run_id = ?",
-                    (row.get("run_id"),),
-                )[0]["m"] + 1
+                start = (
+                    self.query(
+                        "SELECT coalesce(max(seq), -1) AS m FROM messages WHERE run_id = ?",
+                        (row.get("run_id"),),
+                    )[0]["m"]
+                    + 1
+                )
                 for offset, message in enumerate(messages):
-                    db["messages"].insert({
-                        "run_id": row.get("run_id"), "seq": start + offset,
-                        "role": message.get("role"), "content": message.get("content"),
-                        "candidate_id": row["id"], "created_at": row["created_at"],
-                    })
+                    db["messages"].insert(
+                        {
+                            "run_id": row.get("run_id"),
+                            "seq": start + offset,
+                            "role": message.get("role"),
+                            "content": message.get("content"),
+                            "candidate_id": row["id"],
+                            "created_at": row["created_at"],
+                        }
+                    )
             if run_update:
                 run_update = dict(run_update)
                 if "candidates_count" in run_update:  # counted inside the transaction
@@ -297,7 +336,11 @@ class Archive:
                 self.update_run(row["run_id"], **run_update)
 
     def record_confirmation(
-        self, candidate_id: str, outcome: Outcome, *, run_id: str | None = None,
+        self,
+        candidate_id: str,
+        outcome: Outcome,
+        *,
+        run_id: str | None = None,
         run_update: dict | None = None,
     ) -> None:
         """An elite re-evaluated on more seeds: its confirmed scores and evaluations."""
@@ -305,11 +348,17 @@ class Archive:
         with self.transaction() as db:
             for record in evaluation_rows(outcome, candidate_id, run_id, "confirm"):
                 db["evaluations"].insert(self._encode("evaluations", record))
-            db["candidates"].update(candidate_id, self._encode("candidates", {
-                "confirmed_fitness": outcome.fitness if outcome.passed else None,
-                "confirmed_heldout": outcome.heldout if outcome.passed else None,
-                "confirmed_seeds": seeds,
-            }))
+            db["candidates"].update(
+                candidate_id,
+                self._encode(
+                    "candidates",
+                    {
+                        "confirmed_fitness": outcome.fitness if outcome.passed else None,
+                        "confirmed_heldout": outcome.heldout if outcome.passed else None,
+                        "confirmed_seeds": seeds,
+                    },
+                ),
+            )
             if run_update and run_id:
                 self.update_run(run_id, **run_update)
 
@@ -329,7 +378,8 @@ class Archive:
         if len(ref) >= 4:
             rows = self.query(
                 "SELECT id FROM candidates WHERE hash LIKE ? AND cached_from IS NULL "
-                "AND status != 'duplicate' ORDER BY seq LIMIT 2", (ref + "%",),
+                "AND status != 'duplicate' ORDER BY seq LIMIT 2",
+                (ref + "%",),
             )
             if len(rows) == 1:
                 return rows[0]["id"]
@@ -350,7 +400,8 @@ class Archive:
         same evaluation settings anywhere in this archive."""
         rows = self.query(
             "SELECT * FROM candidates WHERE hash = ? AND eval_key = ? AND cached_from IS NULL "
-            "AND status IN ('passed', 'failed') AND outcome IS NOT NULL ORDER BY created_at LIMIT 1",
+            "AND status IN ('passed', 'failed') AND outcome IS NOT NULL ORDER BY created_at LIMIT "
+            "1",
             (source_hash, eval_key),
         )
         return _decode("candidates", rows[0]) if rows else None
@@ -366,7 +417,9 @@ class Archive:
     def calls(self, candidate_id: str) -> list[dict]:
         return [
             _decode("calls", r)
-            for r in self.query("SELECT * FROM calls WHERE candidate_id = ? ORDER BY id", (candidate_id,))
+            for r in self.query(
+                "SELECT * FROM calls WHERE candidate_id = ? ORDER BY id", (candidate_id,)
+            )
         ]
 
     def messages(self, run_id: str) -> list[dict]:
@@ -385,7 +438,8 @@ class Archive:
         return [
             r["parent_id"]
             for r in self.query(
-                "SELECT parent_id FROM parents WHERE child_id = ? ORDER BY position", (candidate_id,)
+                "SELECT parent_id FROM parents WHERE child_id = ? ORDER BY position",
+                (candidate_id,),
             )
         ]
 
@@ -399,7 +453,9 @@ def _sum(values) -> float | None:
 def outcome_columns(outcome: Outcome) -> dict:
     data = outcome.to_dict()
     for env in data.get("env_scores", []):
-        env["curve_steps"], env["curve"] = downsample(env.get("curve_steps") or [], env.get("curve") or [])
+        env["curve_steps"], env["curve"] = downsample(
+            env.get("curve_steps") or [], env.get("curve") or []
+        )
     if outcome.passed:
         status = "passed"
     elif outcome.duplicate_of:
@@ -427,20 +483,37 @@ def outcome_columns(outcome: Outcome) -> dict:
     }
 
 
-def evaluation_rows(outcome: Outcome, candidate_id: str, run_id: str | None, purpose: str) -> list[dict]:
+def evaluation_rows(
+    outcome: Outcome, candidate_id: str, run_id: str | None, purpose: str
+) -> list[dict]:
     rows = []
     stamp = now()
     for env in outcome.env_scores:
         steps, curve = downsample(env.curve_steps, env.curve)
-        rows.append({
-            "candidate_id": candidate_id, "run_id": run_id, "purpose": purpose, "env": env.env,
-            "stage": env.stage, "heldout": int(bool(env.heldout)), "seeds": env.seeds,
-            "total_timesteps": env.total_timesteps, "returns": env.returns, "mean": env.mean,
-            "std": env.std, "normalised": env.normalised, "baseline_mean": env.baseline_mean,
-            "random_mean": env.random_mean, "curve_steps": steps, "curve": curve,
-            "compile_s": env.compile_s, "run_s": env.run_s, "steps_per_s": env.steps_per_s,
-            "created_at": stamp,
-        })
+        rows.append(
+            {
+                "candidate_id": candidate_id,
+                "run_id": run_id,
+                "purpose": purpose,
+                "env": env.env,
+                "stage": env.stage,
+                "heldout": int(bool(env.heldout)),
+                "seeds": env.seeds,
+                "total_timesteps": env.total_timesteps,
+                "returns": env.returns,
+                "mean": env.mean,
+                "std": env.std,
+                "normalised": env.normalised,
+                "baseline_mean": env.baseline_mean,
+                "random_mean": env.random_mean,
+                "curve_steps": steps,
+                "curve": curve,
+                "compile_s": env.compile_s,
+                "run_s": env.run_s,
+                "steps_per_s": env.steps_per_s,
+                "created_at": stamp,
+            }
+        )
     return rows
 
 

@@ -23,16 +23,19 @@ ARCHIVE_HELP = "The archive file (SQLite). Default ./metarl.db, or $METARL_ARCHI
 def user_error(message: str, code: int = 1) -> typer.Exit:
     from rich.markup import escape
 
-    err_console.print(f"[bold red]error:[/] {escape(str(message))}", highlight=False, soft_wrap=True)
+    err_console.print(
+        f"[bold red]error:[/] {escape(str(message))}", highlight=False, soft_wrap=True
+    )
     return typer.Exit(code)
 
 
 def _user_error_types() -> tuple[type[BaseException], ...]:
+    # lazy: keeps `metarl --help` and the archive commands fast (no jax import)
     from metarl.archives.store import ArchiveError
     from metarl.discovery.config import ConfigError
     from metarl.discovery.loop import LoopError
-    from metarl.evaluators.sandbox import SandboxUnavailable
-    from metarl.evaluators.suites import UnknownSuite
+    from metarl.evaluation.sandbox import SandboxUnavailable
+    from metarl.rl.suites import UnknownSuite
     from metarl.tasks import UnknownTask
 
     return (ArchiveError, ConfigError, LoopError, SandboxUnavailable, UnknownSuite, UnknownTask)
@@ -51,7 +54,7 @@ def handles_user_errors(fn):
             raise user_error(str(error)) from None
         except BrokenPipeError:
             sys.stderr.close()
-            raise typer.Exit(0)
+            raise typer.Exit(0) from None
 
     return wrapper
 
@@ -129,7 +132,12 @@ def leaderboard_table(board, *, show_run: bool = False) -> Table:
             cells.append(f"{row.task}/{row.suite}")
         cells.append(Text(row.name or "—", style="cyan" if row.is_seed else "bold"))
         cells += [fmt(row.env_scores.get(env)) for env in board.envs]
-        cells += [fmt(row.fitness), fmt(row.confirmed), fmt(row.heldout), str(row.generation),
-                  row.proposer or "—"]
+        cells += [
+            fmt(row.fitness),
+            fmt(row.confirmed),
+            fmt(row.heldout),
+            str(row.generation),
+            row.proposer or "—",
+        ]
         table.add_row(*[c if isinstance(c, Text) else Text(c) for c in cells])
     return table

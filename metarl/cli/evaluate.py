@@ -9,10 +9,14 @@ from typing import Optional
 
 import typer
 
+from metarl.evaluation.settings import CascadeSettings
+
+DEFAULTS = CascadeSettings()
+
 EXAMPLES = """
 Examples:
 
-  metarl evaluate metarl/seeds/drift/lpo.py --task drift --suite smoke
+  metarl evaluate metarl/tasks/drift/seed_programs/lpo.py --task drift --suite smoke
 
   metarl evaluate my_drift.py --task drift --suite classic --seeds 8
 
@@ -36,27 +40,51 @@ def _fmt(value, digits: int = 3) -> str:
 
 def evaluate(
     path: Path = typer.Argument(..., help="Python file defining the task's function."),
-    task: str = typer.Option(..., "--task", "-t", help="Which contract the file implements: drift or optimizer."),
-    suite: str = typer.Option("classic", "--suite", "-s", help="Environment suite: smoke, classic or minatar."),
-    seeds: Optional[int] = typer.Option(None, "--seeds", help="Number of seeds (0..N-1); default: the suite's."),
-    as_json: bool = typer.Option(False, "--json", help="Print the outcome as one JSON object on stdout."),
-    timesteps: Optional[int] = typer.Option(None, "--timesteps", help="Override the per-env training budget."),
-    short_timesteps: Optional[int] = typer.Option(None, "--short-timesteps", help="Override the short-run budget."),
+    task: str = typer.Option(
+        ..., "--task", "-t", help="Which contract the file implements: drift or optimizer."
+    ),
+    suite: str = typer.Option(
+        DEFAULTS.suite, "--suite", "-s", help="Environment suite: smoke, classic or minatar."
+    ),
+    seeds: Optional[int] = typer.Option(
+        None, "--seeds", help="Number of seeds (0..N-1); default: the suite's."
+    ),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print the outcome as one JSON object on stdout."
+    ),
+    timesteps: Optional[int] = typer.Option(
+        None, "--timesteps", help="Override the per-env training budget."
+    ),
+    short_timesteps: Optional[int] = typer.Option(
+        None, "--short-timesteps", help="Override the short-run budget."
+    ),
     threshold: float = typer.Option(
-        0.25, "--short-threshold", help="Stop after the short run below this normalised score."
+        DEFAULTS.short_run_threshold,
+        "--short-threshold",
+        help="Stop after the short run below this normalised score.",
     ),
     skip_short: bool = typer.Option(False, "--skip-short", help="Go straight to the full run."),
     heldout: bool = typer.Option(True, "--heldout/--no-heldout", help="Also score held-out envs."),
-    timeout: float = typer.Option(900.0, "--timeout", help="Wall-clock limit (s) for stages 2-4."),
-    memory_mb: int = typer.Option(8192, "--memory-mb", help="Memory limit of the sandbox worker."),
-    probe_seed: Optional[int] = typer.Option(None, "--probe-seed", help="Fix the probes' random inputs."),
+    timeout: float = typer.Option(
+        DEFAULTS.timeout_s, "--timeout", help="Wall-clock limit (s) for stages 2-4."
+    ),
+    memory_mb: int = typer.Option(
+        DEFAULTS.memory_mb, "--memory-mb", help="Memory limit of the sandbox worker."
+    ),
+    probe_seed: Optional[int] = typer.Option(
+        None, "--probe-seed", help="Fix the probes' random inputs."
+    ),
     unsafe_no_sandbox: bool = typer.Option(
-        False, "--unsafe-no-sandbox",
-        help="Run the candidate WITHOUT bubblewrap (it can then read this machine's files and keys).",
+        False,
+        "--unsafe-no-sandbox",
+        help="Run the candidate WITHOUT bubblewrap (it can then read this machine's files "
+        "and keys).",
     ),
 ) -> None:
-    """Run the evaluation cascade (static, probes, short run, full run) on a candidate file and print where it stopped and why, with per-environment scores."""
-    from metarl.evaluators.suites import get_suite, suite_names
+    """Run the evaluation cascade (static, probes, short run, full run) on a candidate file
+    and print where it stopped and why, with per-environment scores."""
+    # lazy: keeps `metarl --help` and the archive commands fast (no jax import)
+    from metarl.rl.suites import get_suite, suite_names
     from metarl.tasks import task_names
 
     if task not in task_names():
@@ -71,7 +99,11 @@ def evaluate(
         source = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         _fail_usage(f"cannot read {path}: {error}")
-    for name, value in (("--seeds", seeds), ("--timesteps", timesteps), ("--short-timesteps", short_timesteps)):
+    for name, value in (
+        ("--seeds", seeds),
+        ("--timesteps", timesteps),
+        ("--short-timesteps", short_timesteps),
+    ):
         if value is not None and value < 1:
             _fail_usage(f"{name} must be at least 1")
     if timeout <= 0 or memory_mb <= 0:
@@ -79,7 +111,8 @@ def evaluate(
 
     from rich.console import Console
 
-    from metarl.evaluators.cascade import CascadeSettings, Evaluator
+    # lazy: keeps `metarl --help` and the archive commands fast (no jax import)
+    from metarl.evaluation.cascade import CascadeSettings, Evaluator
 
     settings = CascadeSettings(
         suite=suite,
@@ -94,15 +127,21 @@ def evaluate(
         probe_seed=probe_seed,
         unsafe_no_sandbox=unsafe_no_sandbox,
     )
-    from metarl.evaluators.sandbox import SandboxUnavailable
+    # lazy: keeps `metarl --help` and the archive commands fast (no jax import)
+    from metarl.evaluation.sandbox import SandboxUnavailable
 
     err = Console(stderr=True)
-    labels = {"static": "static check", "probes": "probes", "short": "short run", "full": "full run"}
+    labels = {
+        "static": "static check",
+        "probes": "probes",
+        "short": "short run",
+        "full": "full run",
+    }
     try:
         evaluator = Evaluator(settings, workers=1, prewarm=False)
     except SandboxUnavailable as error:
         err.print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True, markup=True)
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
     with evaluator:
         if as_json:
             outcome = evaluator.evaluate(source, task)
@@ -111,7 +150,9 @@ def evaluate(
                 outcome = evaluator.evaluate(
                     source,
                     task,
-                    progress=lambda stage: status.update(f"{path.name}: {labels.get(stage, stage)}"),
+                    progress=lambda stage: status.update(
+                        f"{path.name}: {labels.get(stage, stage)}"
+                    ),
                 )
 
     if as_json:
@@ -134,8 +175,13 @@ def _print_outcome(outcome, path: Path, task: str, settings) -> None:
     if outcome.env_scores:
         table = Table(title=title)
         for column, justify in (
-            ("env", "left"), ("stage", "left"), ("steps", "right"), ("return", "right"),
-            ("normalised", "right"), ("compile s", "right"), ("run s", "right"),
+            ("env", "left"),
+            ("stage", "left"),
+            ("steps", "right"),
+            ("return", "right"),
+            ("normalised", "right"),
+            ("compile s", "right"),
+            ("run s", "right"),
             ("env-steps/s", "right"),
         ):
             table.add_column(column, justify=justify, overflow="fold")
@@ -157,9 +203,11 @@ def _print_outcome(outcome, path: Path, task: str, settings) -> None:
             "and budget; "
             + "; ".join(
                 f"{s.env}: random {_fmt(s.random_mean, 1)}, baseline {_fmt(s.baseline_mean, 1)}"
-                for s in outcome.env_scores if s.stage == "full" or len(outcome.env_scores) == 1
+                for s in outcome.env_scores
+                if s.stage == "full" or len(outcome.env_scores) == 1
             ),
-            style="dim", highlight=False,
+            style="dim",
+            highlight=False,
         )
     else:
         console.print(title)
@@ -167,21 +215,38 @@ def _print_outcome(outcome, path: Path, task: str, settings) -> None:
         held = f", held-out {_fmt(outcome.heldout)}" if outcome.heldout is not None else ""
         console.print(f"[bold green]PASSED[/] every stage: fitness {_fmt(outcome.fitness)}{held}")
     else:
-        console.print(Text.assemble(
-            ("FAILED", "bold red"), " at stage ", (outcome.stage, "bold"), f": {outcome.reason}"
-        ))
+        console.print(
+            Text.assemble(
+                ("FAILED", "bold red"), " at stage ", (outcome.stage, "bold"), f": {outcome.reason}"
+            )
+        )
     for warning in outcome.warnings:
         console.print(Text.assemble(("warning: ", "yellow"), warning))
     if outcome.fingerprint:
         console.print(f"fingerprint {outcome.fingerprint}", style="dim")
-    keys = ("static", "wait_worker", "probes", "short", "full", "compile", "run", "baseline", "teardown", "total")
+    keys = (
+        "static",
+        "wait_worker",
+        "probes",
+        "short",
+        "full",
+        "compile",
+        "run",
+        "baseline",
+        "teardown",
+        "total",
+    )
     timings = " · ".join(f"{k} {outcome.timings[k]:.1f}s" for k in keys if k in outcome.timings)
     if timings:
         console.print(f"timings: {timings}", style="dim")
     if outcome.stdout.strip() and not outcome.passed:
         lines = outcome.stdout.strip().splitlines()
         console.print("captured output (truncated):", style="dim")
-        console.print("\n".join(lines[:20]) + ("\n..." if len(lines) > 20 else ""), markup=False, highlight=False)
+        console.print(
+            "\n".join(lines[:20]) + ("\n..." if len(lines) > 20 else ""),
+            markup=False,
+            highlight=False,
+        )
 
 
 def register(app: typer.Typer) -> None:

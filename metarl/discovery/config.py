@@ -32,6 +32,10 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from metarl.evaluation.settings import CascadeSettings
+from metarl.rl.suites import UnknownSuite, get_suite
+from metarl.tasks import UnknownTask, get_task
+
 
 class ConfigError(ValueError):
     """A bad option or config file; the message is one line for the user."""
@@ -40,7 +44,7 @@ class ConfigError(ValueError):
 @dataclass
 class DiscoverConfig:
     task: str = "drift"
-    suite: str = "classic"
+    suite: str = CascadeSettings.suite
     proposer: str = "mutation"
     # budgets
     budget: int = 12  # children to propose (seeds are not counted)
@@ -52,10 +56,10 @@ class DiscoverConfig:
     seeds: int | None = 2  # training seeds per evaluation; None: the suite's default
     timesteps: int | None = 100_000  # per-environment budget; None/0: the suite's own
     short_timesteps: int | None = None  # the cascade's short run; None: derived by the cascade
-    short_threshold: float = 0.25
+    short_threshold: float = CascadeSettings.short_run_threshold
     skip_short: bool = False
-    timeout: float = 900.0  # per evaluation, seconds
-    memory_mb: int = 8192
+    timeout: float = CascadeSettings.timeout_s  # per evaluation, seconds
+    memory_mb: int = CascadeSettings.memory_mb
     # run candidates without bubblewrap: NOT a security boundary (see README, Safety)
     unsafe_no_sandbox: bool = False
     heldout: bool = True  # score held-out envs for seeds and confirmed elites (leaderboard only)
@@ -81,8 +85,6 @@ class DiscoverConfig:
 
     def resolved(self) -> "DiscoverConfig":
         """Validated copy with suite defaults filled in; raises ConfigError."""
-        from metarl.evaluators.suites import UnknownSuite, get_suite
-        from metarl.tasks import UnknownTask, get_task
 
         try:
             get_task(self.task)
@@ -99,10 +101,15 @@ class DiscoverConfig:
         if self.proposer == "llm" and not self.models:
             raise ConfigError("--proposer llm needs at least one --model PROVIDER/MODEL")
         checks = [
-            ("budget", self.budget, 0), ("workers", self.workers, 1), ("islands", self.islands, 1),
-            ("population", self.population, 1), ("children", self.children, 1),
-            ("tournament", self.tournament, 1), ("migration_interval", self.migration_interval, 1),
-            ("dedup_retries", self.dedup_retries, 0), ("inspirations", self.inspirations, 0),
+            ("budget", self.budget, 0),
+            ("workers", self.workers, 1),
+            ("islands", self.islands, 1),
+            ("population", self.population, 1),
+            ("children", self.children, 1),
+            ("tournament", self.tournament, 1),
+            ("migration_interval", self.migration_interval, 1),
+            ("dedup_retries", self.dedup_retries, 0),
+            ("inspirations", self.inspirations, 0),
         ]
         for name, value, low in checks:
             if value < low:

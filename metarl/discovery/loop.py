@@ -35,11 +35,14 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from metarl.archives.store import Archive, ArchiveError, decode_outcome
+from metarl.archives.store import Archive, ArchiveError, decode_outcome, now, pid_alive
 from metarl.discovery import selection
 from metarl.discovery.config import DiscoverConfig
 from metarl.discovery.proposers.base import LLMCall, ParentInfo, Proposal, ProposalRequest
-from metarl.evaluators.outcome import Outcome
+from metarl.evaluation.cascade import CascadeSettings, Evaluator
+from metarl.evaluation.outcome import Outcome
+from metarl.platform import device_description, library_versions
+from metarl.rl.suites import get_suite
 from metarl.tasks import get_task
 from metarl.tasks.candidate import source_hash
 
@@ -67,65 +70,20 @@ class RunResult:
     best_fitness: float | None
 
 
-# -- environment facts -----------------------------------------------------------------------
-
-
-def library_versions() -> dict:
-    """Versions without importing jax or touching a device in the parent process."""
-    from importlib import metadata
-
-    import metarl
-
-    versions = {"metarl": metarl.__version__}
-    for package in ("jax", "jaxlib", "gymnax", "flax", "optax"):
-        try:
-            versions[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            versions[package] = None
-    return versions
-
-
-def device_description() -> str:
-    """Where evaluations run, as far as the parent can tell without initialising JAX."""
-    from importlib import metadata
-
-    platforms = os.environ.get("JAX_PLATFORMS", "")
-    accelerator = None
-    for plugin in ("jax-cuda12-plugin", "jax-cuda13-plugin", "libtpu"):
-        try:
-            metadata.version(plugin)
-            accelerator = plugin
-            break
-        except metadata.PackageNotFoundError:
-            continue
-    cpu = "cpu"
-    try:
-        with open("/proc/cpuinfo") as handle:
-            for line in handle:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    cores = os.cpu_count() or 0
-    where = f"{cpu} x{cores}"
-    if accelerator and platforms != "cpu":
-        return f"{accelerator}; host {where}"
-    return f"cpu: {where}"
-
-
 def eval_settings_key(task: str, settings: Any, versions: dict, device: str) -> str:
     """Everything that determines an evaluation's scores; equal keys may share results."""
     fields = dataclasses.asdict(settings) if dataclasses.is_dataclass(settings) else dict(settings)
     for volatile in ("timeout_s", "memory_mb"):
         fields.pop(volatile, None)
-    blob = json.dumps({"task": task, "settings": fields, "versions": versions, "device": device},
-                      sort_keys=True, default=str)
+    blob = json.dumps(
+        {"task": task, "settings": fields, "versions": versions, "device": device},
+        sort_keys=True,
+        default=str,
+    )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def suite_config_hash(suite_name: str, timesteps: int | None) -> str:
-    from metarl.evaluators.suites import get_suite
 
     suite = get_suite(suite_name)
     hashes = [suite.config(env, timesteps).config_hash() for env in (*suite.envs, *suite.heldout)]
@@ -179,26 +137,35 @@ def _proposal_from_dict(data: dict) -> Proposal:
 
 def _call_record(call: LLMCall) -> dict:
     return {
-        "model": call.model, "prompt": call.prompt, "reply": call.reply,
-        "prompt_tokens": call.prompt_tokens, "completion_tokens": call.completion_tokens,
-        "cost_usd": call.cost_usd, "latency_s": call.latency_s, "error": call.error,
+        "model": call.model,
+        "prompt": call.prompt,
+        "reply": call.reply,
+        "prompt_tokens": call.prompt_tokens,
+        "completion_tokens": call.completion_tokens,
+        "cost_usd": call.cost_usd,
+        "latency_s": call.latency_s,
+        "error": call.error,
     }
 
 
 def _default_evaluator_factory(settings, workers):
-    from metarl.evaluators.cascade import Evaluator
 
     return Evaluator(settings, workers=workers)
 
 
 def _settings(config: DiscoverConfig, *, seeds: int, heldout: bool, skip_short: bool):
-    from metarl.evaluators.cascade import CascadeSettings
 
     return CascadeSettings(
-        suite=config.suite, seeds=seeds, short_run_threshold=config.short_threshold,
-        total_timesteps=config.timesteps, short_timesteps=config.short_timesteps,
-        timeout_s=config.timeout, memory_mb=config.memory_mb, heldout=heldout,
-        skip_short=skip_short, unsafe_no_sandbox=config.unsafe_no_sandbox,
+        suite=config.suite,
+        seeds=seeds,
+        short_run_threshold=config.short_threshold,
+        total_timesteps=config.timesteps,
+        short_timesteps=config.short_timesteps,
+        timeout_s=config.timeout,
+        memory_mb=config.memory_mb,
+        heldout=heldout,
+        skip_short=skip_short,
+        unsafe_no_sandbox=config.unsafe_no_sandbox,
         # fixed probe inputs: evaluations (hence selection, hence resume) are reproducible, and
         # runs with different search seeds share cached evaluations
         probe_seed=0,
@@ -247,18 +214,24 @@ class DiscoveryLoop:
     # -- settings ---------------------------------------------------------------------------
     @property
     def child_settings(self):
-        return _settings(self.config, seeds=self.config.seeds, heldout=False,
-                         skip_short=self.config.skip_short)
+        return _settings(
+            self.config, seeds=self.config.seeds, heldout=False, skip_short=self.config.skip_short
+        )
 
     @property
     def seed_settings(self):
-        return _settings(self.config, seeds=self.config.seeds, heldout=self.config.heldout,
-                         skip_short=True)
+        return _settings(
+            self.config, seeds=self.config.seeds, heldout=self.config.heldout, skip_short=True
+        )
 
     @property
     def confirm_settings(self):
-        return _settings(self.config, seeds=self.config.confirm_seeds,
-                         heldout=self.config.heldout, skip_short=True)
+        return _settings(
+            self.config,
+            seeds=self.config.confirm_seeds,
+            heldout=self.config.heldout,
+            skip_short=True,
+        )
 
     def _key(self, settings) -> str:
         return eval_settings_key(self.task.name, settings, self.versions, self.device)
@@ -269,8 +242,6 @@ class DiscoveryLoop:
         if self.resume_id:
             run = self.archive.get_run(self.resume_id)
             if run["status"] == "running" and run.get("pid") and run.get("pid") != os.getpid():
-                from metarl.archives.store import pid_alive
-
                 import socket
 
                 if run.get("host") == socket.gethostname() and pid_alive(run["pid"]):
@@ -284,34 +255,69 @@ class DiscoveryLoop:
             self.state = state
             self._elapsed_base = float(state.get("elapsed_s", 0.0))
             self.proposer.restore_messages(
-                [*self.archive.messages(self.run_id), *((state.get("plan") or {}).get("messages") or [])]
+                [
+                    *self.archive.messages(self.run_id),
+                    *((state.get("plan") or {}).get("messages") or []),
+                ]
             )
             if state.get("proposer") is not None:
                 self.proposer.set_state(state["proposer"])
             self.archive.update_run(
-                self.run_id, status="running", stop_reason=None, ended_at=None, error=None,
-                pid=os.getpid(), config=cfg.to_dict(), budget_candidates=cfg.budget,
-                max_time_s=cfg.max_time, max_cost_usd=cfg.max_cost,
+                self.run_id,
+                status="running",
+                stop_reason=None,
+                ended_at=None,
+                error=None,
+                pid=os.getpid(),
+                config=cfg.to_dict(),
+                budget_candidates=cfg.budget,
+                max_time_s=cfg.max_time,
+                max_cost_usd=cfg.max_cost,
             )
         else:
             self.state = {
-                "version": STATE_VERSION, "phase": "seeds", "generation": 0, "next_seq": 0,
-                "planned": 0, "islands": None, "incumbent": None, "plan": None,
-                "rng": None, "elapsed_s": 0.0, "cost_usd": 0.0, "proposer": None,
+                "version": STATE_VERSION,
+                "phase": "seeds",
+                "generation": 0,
+                "next_seq": 0,
+                "planned": 0,
+                "islands": None,
+                "incumbent": None,
+                "plan": None,
+                "rng": None,
+                "elapsed_s": 0.0,
+                "cost_usd": 0.0,
+                "proposer": None,
                 "seed_ids": [],
             }
             proposer_label = getattr(self.proposer, "name", cfg.proposer)
             self.run_id = self.archive.create_run(
-                task=cfg.task, suite=cfg.suite, proposer=proposer_label,
-                model=",".join(cfg.models) or None, mode=cfg.mode, seed=cfg.seed,
-                config=cfg.to_dict(), config_hash=cfg.hash(), versions=self.versions,
-                device=self.device, budget_candidates=cfg.budget, max_time_s=cfg.max_time,
-                max_cost_usd=cfg.max_cost, state=self.state,
+                task=cfg.task,
+                suite=cfg.suite,
+                proposer=proposer_label,
+                model=",".join(cfg.models) or None,
+                mode=cfg.mode,
+                seed=cfg.seed,
+                config=cfg.to_dict(),
+                config_hash=cfg.hash(),
+                versions=self.versions,
+                device=self.device,
+                budget_candidates=cfg.budget,
+                max_time_s=cfg.max_time,
+                max_cost_usd=cfg.max_cost,
+                state=self.state,
             )
         self.rng = selection.rng_from_state(self.state.get("rng"), cfg.seed)
         self._session_start = time.monotonic()
-        self._emit("run", {"run_id": self.run_id, "resumed": bool(self.resume_id),
-                           "config": cfg.to_dict(), "state": self._progress()})
+        self._emit(
+            "run",
+            {
+                "run_id": self.run_id,
+                "resumed": bool(self.resume_id),
+                "config": cfg.to_dict(),
+                "state": self._progress(),
+            },
+        )
 
     def run(self) -> RunResult:
         self._start()
@@ -343,8 +349,14 @@ class DiscoveryLoop:
             self._close()
         self._finish(status, reason)
         run = self.archive.get_run(self.run_id)
-        return RunResult(self.run_id, status, reason, run["candidates_count"] or 0,
-                         run.get("best_id"), run.get("best_fitness"))
+        return RunResult(
+            self.run_id,
+            status,
+            reason,
+            run["candidates_count"] or 0,
+            run.get("best_id"),
+            run.get("best_fitness"),
+        )
 
     def _finish(self, status: str, reason: str, error: str | None = None) -> None:
         try:
@@ -354,8 +366,14 @@ class DiscoveryLoop:
                 (self.run_id,),
             )[0]["n"]
             self.archive.update_run(
-                self.run_id, status=status, stop_reason=reason, error=error, ended_at=_now(),
-                elapsed_s=self.state["elapsed_s"], state=self.state, candidates_count=count,
+                self.run_id,
+                status=status,
+                stop_reason=reason,
+                error=error,
+                ended_at=_now(),
+                elapsed_s=self.state["elapsed_s"],
+                state=self.state,
+                candidates_count=count,
             )
         except Exception:  # the archive stays consistent; the status is best effort here
             pass
@@ -385,14 +403,19 @@ class DiscoveryLoop:
         done = 0
         if self.run_id:
             done = self.archive.query(
-                "SELECT count(*) AS n FROM candidates WHERE run_id = ? AND is_seed = 0", (self.run_id,)
+                "SELECT count(*) AS n FROM candidates WHERE run_id = ? AND is_seed = 0",
+                (self.run_id,),
             )[0]["n"]
         return {
-            "generation": self.state.get("generation", 0), "planned": self.state.get("planned", 0),
+            "generation": self.state.get("generation", 0),
+            "planned": self.state.get("planned", 0),
             "done": done,
-            "budget": self.config.budget, "elapsed_s": self._elapsed(),
-            "max_time": self.config.max_time, "cost_usd": self.state.get("cost_usd", 0.0),
-            "max_cost": self.config.max_cost, "incumbent": self.state.get("incumbent"),
+            "budget": self.config.budget,
+            "elapsed_s": self._elapsed(),
+            "max_time": self.config.max_time,
+            "cost_usd": self.state.get("cost_usd", 0.0),
+            "max_cost": self.config.max_cost,
+            "incumbent": self.state.get("incumbent"),
         }
 
     def _check_time(self) -> None:
@@ -404,7 +427,10 @@ class DiscoveryLoop:
             return "candidate budget spent"
         if self.config.max_time is not None and self._elapsed() >= self.config.max_time:
             return f"time budget of {self.config.max_time:g} s spent"
-        if self.config.max_cost is not None and self.state.get("cost_usd", 0.0) >= self.config.max_cost:
+        if (
+            self.config.max_cost is not None
+            and self.state.get("cost_usd", 0.0) >= self.config.max_cost
+        ):
             return f"cost budget of ${self.config.max_cost:g} spent"
         return None
 
@@ -417,8 +443,10 @@ class DiscoveryLoop:
             pass
         incumbent = self.state.get("incumbent")
         update = {
-            "state": self.state, "elapsed_s": self.state["elapsed_s"],
-            "cost_usd": self.state.get("cost_usd", 0.0), "generation": self.state["generation"],
+            "state": self.state,
+            "elapsed_s": self.state["elapsed_s"],
+            "cost_usd": self.state.get("cost_usd", 0.0),
+            "generation": self.state["generation"],
         }
         if incumbent:
             row = self.archive.candidate(incumbent)
@@ -441,7 +469,9 @@ class DiscoveryLoop:
             return self._evaluator
         if which == "seed":
             if self._seed_evaluator is None:
-                self._seed_evaluator = self.evaluator_factory(self.seed_settings, self.config.workers)
+                self._seed_evaluator = self.evaluator_factory(
+                    self.seed_settings, self.config.workers
+                )
             return self._seed_evaluator
         if self._confirm_evaluator is None:
             self._confirm_evaluator = self.evaluator_factory(self.confirm_settings, 1)
@@ -449,17 +479,22 @@ class DiscoveryLoop:
 
     def _base_row(self, settings) -> dict:
         return {
-            "run_id": self.run_id, "task": self.task.name, "suite": self.config.suite,
-            "seeds": list(range(settings.seeds)), "total_timesteps": self.config.timesteps,
+            "run_id": self.run_id,
+            "task": self.task.name,
+            "suite": self.config.suite,
+            "seeds": list(range(settings.seeds)),
+            "total_timesteps": self.config.timesteps,
             "eval_key": self._key(settings),
             "config_hash": suite_config_hash(self.config.suite, self.config.timesteps),
-            "versions": self.versions, "device": self.device,
+            "versions": self.versions,
+            "device": self.device,
         }
 
     def _fingerprints(self) -> dict[str, str]:
         rows = self.archive.query(
             "SELECT id, fingerprint FROM candidates WHERE run_id = ? AND fingerprint IS NOT NULL "
-            "AND status != 'duplicate' ORDER BY seq", (self.run_id,),
+            "AND status != 'duplicate' ORDER BY seq",
+            (self.run_id,),
         )
         out: dict[str, str] = {}
         for row in rows:
@@ -490,14 +525,15 @@ class DiscoveryLoop:
                     outcome = future.result()
                 except Exception as error:  # the evaluator itself failed: archive the reason
                     outcome = Outcome.failure(
-                        "full", f"the evaluator failed: {type(error).__name__}: {error}")
+                        "full", f"the evaluator failed: {type(error).__name__}: {error}"
+                    )
                 on_done(item, outcome)
 
     # -- seeds ------------------------------------------------------------------------------
     def _seeds_phase(self) -> None:
         settings = self.seed_settings
         key = self._key(settings)
-        seeds = self.task.seeds()
+        seeds = self.task.seed_programs()
         ids = self.state.get("seed_ids") or []
         if len(ids) != len(seeds):
             ids = [f"{self.run_id}-{i}" for i in range(len(seeds))]
@@ -509,17 +545,29 @@ class DiscoveryLoop:
             if self.archive.has_candidate(cid):
                 continue
             row = {
-                **self._base_row(settings), "id": cid, "seq": seq, "hash": source_hash(seed.source),
-                "code": seed.source, "name": seed.name, "thought": f"seed program {seed.path.name}",
-                "parent_ids": [], "generation": 0, "island": None, "slot": seq, "is_seed": 1,
-                "proposer": "seed", "operator": "seed",
+                **self._base_row(settings),
+                "id": cid,
+                "seq": seq,
+                "hash": source_hash(seed.source),
+                "code": seed.source,
+                "name": seed.name,
+                "thought": f"seed program {seed.path.name}",
+                "parent_ids": [],
+                "generation": 0,
+                "island": None,
+                "slot": seq,
+                "is_seed": 1,
+                "proposer": "seed",
+                "operator": "seed",
             }
             cached = self.archive.find_cached(row["hash"], key)
             if cached is not None:
                 self._write_cached(row, cached)
                 continue
             self._emit("submitted", {"id": cid, "name": seed.name})
-            future = self._pool.submit(self._evaluator_for("seed").evaluate, seed.source, self.task.name)
+            future = self._pool.submit(
+                self._evaluator_for("seed").evaluate, seed.source, self.task.name
+            )
             futures[future] = row
 
         def done(row, outcome):
@@ -533,11 +581,13 @@ class DiscoveryLoop:
         passed = [cid for cid in ids if self.archive.candidate(cid)["status"] == "passed"]
         if not passed:
             reasons = "; ".join(
-                f"{self.archive.candidate(c)['name']}: {self.archive.candidate(c)['reason']}" for c in ids
+                f"{self.archive.candidate(c)['name']}: {self.archive.candidate(c)['reason']}"
+                for c in ids
             )
             raise LoopError(f"no seed of task {self.task.name!r} passed evaluation ({reasons})")
         self.state["islands"] = selection.Islands.start(
-            self.config.islands, self.config.population, passed).to_state()
+            self.config.islands, self.config.population, passed
+        ).to_state()
         best = max(passed, key=lambda c: (self._score(c), -ids.index(c)))
         self.state["incumbent"] = best
         self.state["phase"] = "generations"
@@ -549,11 +599,14 @@ class DiscoveryLoop:
         self.archive.record_candidate(row, outcome, run_update=None)
         if cached.get("confirmed_seeds"):
             with self.archive.transaction() as db:
-                db["candidates"].update(row["id"], {
-                    "confirmed_fitness": cached["confirmed_fitness"],
-                    "confirmed_heldout": cached.get("confirmed_heldout"),
-                    "confirmed_seeds": json.dumps(cached.get("confirmed_seeds")),
-                })
+                db["candidates"].update(
+                    row["id"],
+                    {
+                        "confirmed_fitness": cached["confirmed_fitness"],
+                        "confirmed_heldout": cached.get("confirmed_heldout"),
+                        "confirmed_seeds": json.dumps(cached.get("confirmed_seeds")),
+                    },
+                )
         self._save_state()
         self._emit("candidate", self._event_row(row["id"]))
 
@@ -563,7 +616,9 @@ class DiscoveryLoop:
         for cid in ids:
             row = self.archive.candidate(cid)
             out[cid] = selection.Member(
-                cid, self._score(cid, row), selection.code_tokens(row["code"] or ""),
+                cid,
+                self._score(cid, row),
+                selection.code_tokens(row["code"] or ""),
                 row["generation"] or 0,
             )
         return out
@@ -575,8 +630,13 @@ class DiscoveryLoop:
     def _parent_info(self, cid: str) -> ParentInfo:
         row = self.archive.candidate(cid)
         return ParentInfo(
-            id=cid, code=row["code"], name=row["name"] or "", thought=row["thought"] or "",
-            fitness=row["fitness"], outcome=decode_outcome(row), generation=row["generation"] or 0,
+            id=cid,
+            code=row["code"],
+            name=row["name"] or "",
+            thought=row["thought"] or "",
+            fitness=row["fitness"],
+            outcome=decode_outcome(row),
+            generation=row["generation"] or 0,
         )
 
     def _plan_generation(self) -> None:
@@ -587,20 +647,32 @@ class DiscoveryLoop:
         all_ids = sorted({c for m in islands.members for c in m})
         lookup = self._members(all_ids)
         plans = selection.plan_children(
-            self.rng, islands, lookup, count, crossover_probability=cfg.crossover,
-            tournament_size=cfg.tournament, novelty_weight=cfg.novelty,
-            inspirations=cfg.inspirations, first_island=(generation - 1) * cfg.children % len(islands),
+            self.rng,
+            islands,
+            lookup,
+            count,
+            crossover_probability=cfg.crossover,
+            tournament_size=cfg.tournament,
+            novelty_weight=cfg.novelty,
+            inspirations=cfg.inspirations,
+            first_island=(generation - 1) * cfg.children % len(islands),
         )
         self._emit("status", {"text": f"generation {generation}: proposing {count} children"})
         incumbent = self.state.get("incumbent")
         best = self._parent_info(incumbent) if incumbent else None
         requests = []
         for plan in plans:
-            requests.append(ProposalRequest(
-                task=self.task, parents=[self._parent_info(p) for p in plan.parent_ids],
-                inspirations=[self._parent_info(p) for p in plan.inspiration_ids], best=best,
-                generation=generation, island=plan.island, rng_seed=plan.rng_seed,
-            ))
+            requests.append(
+                ProposalRequest(
+                    task=self.task,
+                    parents=[self._parent_info(p) for p in plan.parent_ids],
+                    inspirations=[self._parent_info(p) for p in plan.inspiration_ids],
+                    best=best,
+                    generation=generation,
+                    island=plan.island,
+                    rng_seed=plan.rng_seed,
+                )
+            )
         proposals = self._propose_all(requests)
         known = self._known_hashes()
         slots = []
@@ -613,7 +685,9 @@ class DiscoveryLoop:
                 if len(attempts) > cfg.dedup_retries:
                     duplicate_of = known[source_hash(proposal.code)]
                     break
-                retry = dataclasses.replace(request, rng_seed=(request.rng_seed * 7919 + len(attempts)) % (2**31 - 1))
+                retry = dataclasses.replace(
+                    request, rng_seed=(request.rng_seed * 7919 + len(attempts)) % (2**31 - 1)
+                )
                 proposal = self._propose_one(retry)
                 attempts.append(proposal)
             calls = [c for p in attempts for c in p.calls]
@@ -622,12 +696,20 @@ class DiscoveryLoop:
                 known[source_hash(proposal.code)] = cid
             cost = sum(c.cost_usd for c in calls if c.cost_usd is not None)
             self.state["cost_usd"] = self.state.get("cost_usd", 0.0) + cost
-            slots.append({
-                "slot": index, "id": cid, "seq": self.state["next_seq"] - 1, "island": plan.island,
-                "parent_ids": plan.parent_ids, "inspiration_ids": plan.inspiration_ids,
-                "rng_seed": plan.rng_seed, "proposal": _proposal_to_dict(proposal),
-                "duplicate_of": duplicate_of, "retries": len(attempts) - 1,
-            })
+            slots.append(
+                {
+                    "slot": index,
+                    "id": cid,
+                    "seq": self.state["next_seq"] - 1,
+                    "island": plan.island,
+                    "parent_ids": plan.parent_ids,
+                    "inspiration_ids": plan.inspiration_ids,
+                    "rng_seed": plan.rng_seed,
+                    "proposal": _proposal_to_dict(proposal),
+                    "duplicate_of": duplicate_of,
+                    "retries": len(attempts) - 1,
+                }
+            )
         try:
             messages = self.proposer.drain_messages() or []
         except Exception:
@@ -640,13 +722,19 @@ class DiscoveryLoop:
         try:
             proposal = self.proposer.propose(request)
         except Exception as error:  # a proposer bug or an API failure: archived, not fatal
-            return Proposal(code=None, parent_ids=[p.id for p in request.parents],
-                            proposer=getattr(self.proposer, "name", self.config.proposer),
-                            failure=f"the proposer raised {type(error).__name__}: {error}")
+            return Proposal(
+                code=None,
+                parent_ids=[p.id for p in request.parents],
+                proposer=getattr(self.proposer, "name", self.config.proposer),
+                failure=f"the proposer raised {type(error).__name__}: {error}",
+            )
         if proposal is None:
-            return Proposal(code=None, parent_ids=[p.id for p in request.parents],
-                            proposer=getattr(self.proposer, "name", ""),
-                            failure="the proposer returned nothing")
+            return Proposal(
+                code=None,
+                parent_ids=[p.id for p in request.parents],
+                proposer=getattr(self.proposer, "name", ""),
+                failure="the proposer returned nothing",
+            )
         if not proposal.parent_ids:
             proposal.parent_ids = [p.id for p in request.parents]
         if proposal.code is not None and not isinstance(proposal.code, str):
@@ -660,8 +748,10 @@ class DiscoveryLoop:
     def _propose_all(self, requests: list[ProposalRequest]) -> list[Proposal]:
         if len(requests) <= 1 or self.config.mode == "conversation":
             return [self._propose_one(r) for r in requests]
-        concurrency = max(1, min(len(requests), self.config.max_concurrency
-                                 if self.config.proposer == "llm" else 1))
+        concurrency = max(
+            1,
+            min(len(requests), self.config.max_concurrency if self.config.proposer == "llm" else 1),
+        )
         if concurrency == 1:
             return [self._propose_one(r) for r in requests]
         results: list[Proposal | None] = [None] * len(requests)
@@ -686,22 +776,33 @@ class DiscoveryLoop:
             proposal = _proposal_from_dict(slot["proposal"])
             code = proposal.code
             row = {
-                **self._base_row(settings), "id": slot["id"], "seq": slot["seq"],
-                "hash": source_hash(code) if code else None, "code": code,
-                "name": proposal.name or None, "thought": proposal.thought or None,
-                "parent_ids": proposal.parent_ids or slot["parent_ids"], "generation": generation,
-                "island": slot["island"], "slot": slot["slot"], "is_seed": 0,
+                **self._base_row(settings),
+                "id": slot["id"],
+                "seq": slot["seq"],
+                "hash": source_hash(code) if code else None,
+                "code": code,
+                "name": proposal.name or None,
+                "thought": proposal.thought or None,
+                "parent_ids": proposal.parent_ids or slot["parent_ids"],
+                "generation": generation,
+                "island": slot["island"],
+                "slot": slot["slot"],
+                "is_seed": 0,
                 "proposer": proposal.proposer or getattr(self.proposer, "name", ""),
                 "operator": proposal.operator or None,
             }
             if code is None:
-                outcome = Outcome.failure("propose", proposal.failure or "the proposer produced no program")
+                outcome = Outcome.failure(
+                    "propose", proposal.failure or "the proposer produced no program"
+                )
                 self._archive_child(row, proposal, outcome)
                 continue
             if slot.get("duplicate_of"):
                 outcome = Outcome.failure(
-                    "dedup", f"the same program as candidate {slot['duplicate_of']}",
-                    duplicate_of=slot["duplicate_of"])
+                    "dedup",
+                    f"the same program as candidate {slot['duplicate_of']}",
+                    duplicate_of=slot["duplicate_of"],
+                )
                 self._archive_child(row, proposal, outcome)
                 continue
             cached = self.archive.find_cached(row["hash"], key)
@@ -711,9 +812,13 @@ class DiscoveryLoop:
                 self._archive_child(row, proposal, outcome)
                 continue
             self._check_time()
-            self._emit("submitted", {"id": row["id"], "name": row["name"], "operator": row["operator"]})
+            self._emit(
+                "submitted", {"id": row["id"], "name": row["name"], "operator": row["operator"]}
+            )
             evaluator = self._evaluator_for("child")
-            future = self._pool.submit(evaluator.evaluate, code, self.task.name, self._fingerprints())
+            future = self._pool.submit(
+                evaluator.evaluate, code, self.task.name, self._fingerprints()
+            )
             futures[future] = (row, proposal)
 
         self._wait(futures, lambda item, outcome: self._archive_child(item[0], item[1], outcome))
@@ -732,7 +837,10 @@ class DiscoveryLoop:
         if plan:
             plan["messages"] = []
         self.archive.record_candidate(
-            row, outcome, calls=[_call_record(c) for c in proposal.calls], messages=messages,
+            row,
+            outcome,
+            calls=[_call_record(c) for c in proposal.calls],
+            messages=messages,
             run_update=self._run_update(),
         )
         self._emit("candidate", self._event_row(row["id"]))
@@ -758,7 +866,9 @@ class DiscoveryLoop:
                     incumbent = cid
         elif incumbent:
             for child in children:
-                if child["status"] == "passed" and self._score(child["id"]) > self._score(incumbent):
+                if child["status"] == "passed" and self._score(child["id"]) > self._score(
+                    incumbent
+                ):
                     incumbent = child["id"]
         all_ids = sorted({c for m in islands.members for c in m})
         lookup = self._members(all_ids)
@@ -772,9 +882,16 @@ class DiscoveryLoop:
         self.state["generation"] = generation
         self.state["plan"] = None
         self._save_state()
-        self._emit("generation", {"generation": generation, "incumbent": incumbent,
-                                  "score": self._score(incumbent) if incumbent else None,
-                                  "migrations": moves, "state": self._progress()})
+        self._emit(
+            "generation",
+            {
+                "generation": generation,
+                "incumbent": incumbent,
+                "score": self._score(incumbent) if incumbent else None,
+                "migrations": moves,
+                "state": self._progress(),
+            },
+        )
 
     def _confirm(self, cid: str) -> None:
         row = self.archive.candidate(cid)
@@ -793,31 +910,48 @@ class DiscoveryLoop:
                 self.archive.update_run(self.run_id, **self._run_update())
         else:
             self._emit("status", {"text": f"confirming {cid} on {settings.seeds} seeds"})
-            future = self._pool.submit(self._evaluator_for("confirm").evaluate, row["code"], self.task.name)
+            future = self._pool.submit(
+                self._evaluator_for("confirm").evaluate, row["code"], self.task.name
+            )
             outcome: list[Outcome] = []
             self._wait({future: cid}, lambda _cid, result: outcome.append(result))
             result = outcome[0]
             if not result.passed and result.fitness is None:
                 result.fitness = None
-            self.archive.record_confirmation(cid, result, run_id=self.run_id,
-                                             run_update=self._run_update())
+            self.archive.record_confirmation(
+                cid, result, run_id=self.run_id, run_update=self._run_update()
+            )
         after = self.archive.candidate(cid)
-        self._emit("confirm", {"id": cid, "name": after["name"], "fitness": after["fitness"],
-                               "confirmed": after["confirmed_fitness"]})
+        self._emit(
+            "confirm",
+            {
+                "id": cid,
+                "name": after["name"],
+                "fitness": after["fitness"],
+                "confirmed": after["confirmed_fitness"],
+            },
+        )
 
     def _event_row(self, cid: str) -> dict:
         row = self.archive.candidate(cid)
         return {
-            "id": cid, "name": row["name"], "operator": row["operator"], "status": row["status"],
-            "stage": row["stage"], "reason": row["reason"], "fitness": row["fitness"],
-            "eval_s": row["eval_s"], "is_seed": bool(row["is_seed"]),
-            "generation": row["generation"], "island": row["island"],
-            "cached": row["cached_from"] is not None, "state": self._progress(),
+            "id": cid,
+            "name": row["name"],
+            "operator": row["operator"],
+            "status": row["status"],
+            "stage": row["stage"],
+            "reason": row["reason"],
+            "fitness": row["fitness"],
+            "eval_s": row["eval_s"],
+            "is_seed": bool(row["is_seed"]),
+            "generation": row["generation"],
+            "island": row["island"],
+            "cached": row["cached_from"] is not None,
+            "state": self._progress(),
         }
 
 
 def _now() -> str:
-    from metarl.archives.store import now
 
     return now()
 

@@ -88,7 +88,10 @@ def combined_scores(members: Sequence[Member], novelty_weight: float, k: int = 3
 
 
 def tournament(
-    rng: np.random.Generator, members: Sequence[Member], scores: Sequence[float], size: int,
+    rng: np.random.Generator,
+    members: Sequence[Member],
+    scores: Sequence[float],
+    size: int,
     exclude: Iterable[str] = (),
 ) -> Member:
     excluded = set(exclude)
@@ -202,10 +205,14 @@ def score_of(fitness: float | None, confirmed: float | None) -> float:
     return fitness if fitness is not None else -math.inf
 
 
-def contenders(children: Sequence[tuple[str, float]], incumbent_score: float, limit: int = 1) -> list[str]:
+def contenders(
+    children: Sequence[tuple[str, float]], incumbent_score: float, limit: int = 1
+) -> list[str]:
     """Children (id, fitness) that beat the incumbent on the selection seeds, best first; each
     must be re-evaluated on more seeds before it may displace the incumbent."""
-    better = [(f, -i, cid) for i, (cid, f) in enumerate(children) if f is not None and f > incumbent_score]
+    better = [
+        (f, -i, cid) for i, (cid, f) in enumerate(children) if f is not None and f > incumbent_score
+    ]
     better.sort(reverse=True)
     return [cid for _, _, cid in better[:limit]]
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from metarl.tasks.base import Seed, Task
+from metarl.tasks.base import SeedProgram, Task
+from metarl.tasks.drift import TASK as drift
+from metarl.tasks.optimizer import TASK as optimizer
 
 
 class UnknownTask(KeyError):
@@ -11,8 +13,6 @@ class UnknownTask(KeyError):
 
 
 def _registry() -> dict[str, Task]:
-    from metarl.tasks.drift import TASK as drift
-    from metarl.tasks.optimizer import TASK as optimizer
 
     return {task.name: task for task in (drift, optimizer)}
 
@@ -28,4 +28,4 @@ def get_task(name: str) -> Task:
     return tasks[name]
 
 
-__all__ = ["Seed", "Task", "UnknownTask", "get_task", "task_names"]
+__all__ = ["SeedProgram", "Task", "UnknownTask", "get_task", "task_names"]

@@ -7,17 +7,18 @@ tasks through this interface, so adding a task touches nothing but its own folde
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from metarl.evaluators.artifact import ElementSignature
+from metarl.rl.artifact import ElementSignature
+from metarl.rl.components import Components
 
-SEEDS_ROOT = Path(__file__).resolve().parent.parent / "seeds"
+TASKS_ROOT = Path(__file__).resolve().parent
 
 
 @dataclass(frozen=True)
-class Seed:
+class SeedProgram:
     name: str
     source: str
     path: Path
@@ -30,39 +31,45 @@ class Task:
     function_name: str
     signature: str  # e.g. "drift(ratio, advantage, epsilon) -> array"
     contract: str  # the full description the proposer reads
-    baseline_seed: str  # file stem of the seed that reproduces the baseline algorithm
-    # plug(candidate_function) -> metarl.evaluators.ppo.Components
-    plug: Callable[[Callable], Any]
+    baseline_name: str  # file stem of the seed program that reproduces the baseline algorithm
+    # plug(candidate_function) -> the trainer's Components with the candidate in its place
+    plug: Callable[[Callable], Components]
     # probes(candidate_function, rng_seed) -> ProbeReport; runs only inside the sandbox
     probes: Callable[[Callable, int], Any] | None = None
     # fingerprint_inputs() -> tuple of arrays: a fixed batch on which behaviour is hashed
     fingerprint_inputs: Callable[[], tuple] | None = None
-    # How a candidate crosses from the sandboxed tracer to the trainer (evaluators/artifact.py):
+    # How a candidate crosses from the sandboxed tracer to the trainer (rl/artifact.py):
     # per_element(candidate_function) -> variant name -> per-element function following
     # element_signature; assemble(variant name -> artifact callable) -> a function with the
     # contract's signature, built only from the verified artifact.
     element_signature: ElementSignature | None = None
     per_element: Callable[[Callable], dict[str, Callable]] | None = None
     assemble: Callable[[dict[str, Callable]], Callable] | None = None
-    extra: dict = field(default_factory=dict)
 
     @property
-    def seed_dir(self) -> Path:
-        return SEEDS_ROOT / self.name
+    def programs_dir(self) -> Path:
+        return TASKS_ROOT / self.name / "seed_programs"
 
-    def seeds(self) -> list[Seed]:
+    def seed_programs(self) -> list[SeedProgram]:
+        """The task's warm starts, one file each in `seed_programs/`, sorted by name."""
         return [
-            Seed(p.stem, p.read_text(), p, p.stem == self.baseline_seed)
-            for p in sorted(self.seed_dir.glob("*.py"))
+            SeedProgram(p.stem, p.read_text(), p, p.stem == self.baseline_name)
+            for p in sorted(self.programs_dir.glob("*.py"))
             if not p.name.startswith("_")
         ]
 
-    def seed(self, name: str) -> Seed:
-        for seed in self.seeds():
+    def seed_program(self, name: str) -> SeedProgram:
+        """The seed program called `name`.
+
+        Raises:
+            KeyError: the task has no such program.
+        """
+        for seed in self.seed_programs():
             if seed.name == name:
                 return seed
-        known = ", ".join(s.name for s in self.seeds())
+        known = ", ".join(s.name for s in self.seed_programs())
         raise KeyError(f"task {self.name!r} has no seed {name!r}; seeds: {known}")
 
-    def baseline(self) -> Seed:
-        return self.seed(self.baseline_seed)
+    def baseline_program(self) -> SeedProgram:
+        """The seed program whose scores define normalised score 1.0."""
+        return self.seed_program(self.baseline_name)

@@ -11,19 +11,12 @@ from __future__ import annotations
 import ast
 import builtins
 import hashlib
-import math
+import importlib
 from typing import Callable
 
-ALLOWED_MODULES = frozenset({"jax", "jax.numpy", "jax.nn", "jax.lax", "math"})
+from metarl.tasks.vocabulary import ALLOWED_MODULES, BUILTINS, PROVIDED_MODULES
 
-SAFE_BUILTINS = {
-    name: getattr(builtins, name)
-    for name in (
-        "abs", "all", "any", "bool", "dict", "enumerate", "float", "int", "isinstance", "len",
-        "list", "max", "min", "pow", "range", "reversed", "round", "slice", "sorted", "sum",
-        "tuple", "zip", "True", "False", "None", "ValueError", "TypeError", "ArithmeticError",
-    )
-}
+SAFE_BUILTINS = {name: getattr(builtins, name) for name in BUILTINS}
 
 
 class CandidateLoadError(Exception):
@@ -37,17 +30,12 @@ def _guarded_import(name, globals=None, locals=None, fromlist=(), level=0):
 
 
 def candidate_namespace() -> dict:
-    import jax
-    import jax.numpy as jnp
-
+    """A fresh module namespace holding exactly the vocabulary (tasks/vocabulary.py)."""
+    modules = {name: importlib.import_module(path) for name, path in PROVIDED_MODULES.items()}
     return {
         "__builtins__": {**SAFE_BUILTINS, "__import__": _guarded_import},
         "__name__": "candidate",
-        "jax": jax,
-        "jnp": jnp,
-        "lax": jax.lax,
-        "nn": jax.nn,
-        "math": math,
+        **modules,
     }
 
 
@@ -58,7 +46,9 @@ def load_function(source: str, function_name: str) -> Callable:
         code = compile(source, "<candidate>", "exec")
         exec(code, namespace)  # noqa: S102 - restricted namespace, inside the sandbox only
     except Exception as error:  # the candidate's own failure, reported to the proposer
-        raise CandidateLoadError(f"{type(error).__name__} while defining the candidate: {error}")
+        raise CandidateLoadError(
+            f"{type(error).__name__} while defining the candidate: {error}"
+        ) from error
     function = namespace.get(function_name)
     if not callable(function):
         raise CandidateLoadError(f"the candidate does not define a function `{function_name}`")

@@ -51,7 +51,11 @@ def candidate_frame(error: BaseException) -> tuple[int, str] | None:
     current: BaseException | None = error
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        frames = [f for f in traceback.extract_tb(current.__traceback__) if f.filename == CANDIDATE_FILENAME]
+        frames = [
+            f
+            for f in traceback.extract_tb(current.__traceback__)
+            if f.filename == CANDIDATE_FILENAME
+        ]
         if frames:
             frame = frames[-1]
             text = frame.line or linecache.getline(CANDIDATE_FILENAME, frame.lineno or 0)
@@ -63,11 +67,15 @@ def candidate_frame(error: BaseException) -> tuple[int, str] | None:
 def describe_exception(error: BaseException, doing: str, expected: str = "") -> str:
     """`TypeError at line 4 (`return x[:, None]`) while <doing>: <message>. Expected: ...`"""
     where = candidate_frame(error)
-    location = f" at line {where[0]} (`{where[1]}`)" if where and where[1] else (
-        f" at line {where[0]}" if where else ""
+    location = (
+        f" at line {where[0]} (`{where[1]}`)"
+        if where and where[1]
+        else (f" at line {where[0]}" if where else "")
     )
     message = " ".join(str(error).split("See https://")[0].split())
-    message = re.sub(r"The error occurred while tracing the function \S+ at \S+ for \S+\. ?", "", message)
+    message = re.sub(
+        r"The error occurred while tracing the function \S+ at \S+ for \S+\. ?", "", message
+    )
     hint = _hint(error)
     text = f"{type(error).__name__}{location} while {doing}: {_short(message)}"
     if hint:
@@ -79,8 +87,15 @@ def describe_exception(error: BaseException, doing: str, expected: str = "") -> 
 
 def _hint(error: BaseException) -> str:
     name = type(error).__name__
-    if name in ("TracerBoolConversionError", "ConcretizationTypeError", "TracerIntegerConversionError"):
-        return "the function is traced by jax.jit: no Python if/while/bool()/float()/int() on array values; use jnp.where, lax.cond or lax.select"
+    if name in (
+        "TracerBoolConversionError",
+        "ConcretizationTypeError",
+        "TracerIntegerConversionError",
+    ):
+        return (
+            "the function is traced by jax.jit: no Python if/while/bool()/float()/int() on "
+            "array values; use jnp.where, lax.cond or lax.select"
+        )
     if name == "TracerArrayConversionError":
         return "numpy cannot operate on traced arrays: use jax.numpy (jnp) throughout"
     if name == "UnexpectedTracerError":
@@ -107,7 +122,9 @@ def call(doing: str, function: Callable, *args, expected: str = "", **kwargs):
         raise ProbeFailure(describe_exception(error, doing, expected)) from error
 
 
-def check_array(value: Any, what: str, shape: tuple, dtype=np.float32, context: str = "") -> np.ndarray:
+def check_array(
+    value: Any, what: str, shape: tuple, dtype=np.float32, context: str = ""
+) -> np.ndarray:
     """The value is an array of exactly `shape` and `dtype` (no silent broadcasting)."""
     got_shape = getattr(value, "shape", None)
     got_dtype = getattr(value, "dtype", None)
@@ -117,9 +134,13 @@ def check_array(value: Any, what: str, shape: tuple, dtype=np.float32, context: 
             f"of shape {tuple(shape)}"
         )
     if tuple(got_shape) != tuple(shape):
-        raise ProbeFailure(f"{what} has shape {tuple(got_shape)}{context}; expected exactly {tuple(shape)}")
+        raise ProbeFailure(
+            f"{what} has shape {tuple(got_shape)}{context}; expected exactly {tuple(shape)}"
+        )
     if np.dtype(got_dtype) != np.dtype(dtype):
-        raise ProbeFailure(f"{what} has dtype {np.dtype(got_dtype).name}{context}; expected {np.dtype(dtype).name}")
+        raise ProbeFailure(
+            f"{what} has dtype {np.dtype(got_dtype).name}{context}; expected {np.dtype(dtype).name}"
+        )
     return np.asarray(value)
 
 
@@ -137,9 +158,9 @@ def fingerprint_outputs(outputs: Any, digits: int = 4) -> str:
         array = np.asarray(leaf, dtype=np.float64).ravel()
         parts.append(f"{array.size}:")
         with np.errstate(all="ignore"):
-            parts.append(",".join(
-                f"{v:.{digits - 1}e}" if np.isfinite(v) else str(v) for v in (array + 0.0)
-            ))
+            parts.append(
+                ",".join(f"{v:.{digits - 1}e}" if np.isfinite(v) else str(v) for v in (array + 0.0))
+            )
         parts.append(";")
     return hashlib.sha256("".join(parts).encode()).hexdigest()[:16]
 
@@ -156,7 +177,9 @@ def fingerprint(function: Callable, inputs: tuple) -> str:
             args[i] = array
         return function(*args)
 
-    outputs = call("computing the behaviour fingerprint", jax.jit(traced), *[inputs[i] for i in positions])
+    outputs = call(
+        "computing the behaviour fingerprint", jax.jit(traced), *[inputs[i] for i in positions]
+    )
     return fingerprint_outputs(outputs)
 
 

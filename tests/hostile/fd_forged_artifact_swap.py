@@ -16,9 +16,9 @@ def honest(ratio, advantage, epsilon):
 
 
 def forge():
-    artifact = imp("metarl.evaluators.artifact")
+    artifact = imp("metarl.rl.artifact")
     task = imp("metarl.tasks").get_task("drift")
-    platform = imp("metarl.evaluators.baseline_cache").backend()
+    platform = imp("metarl.platform").backend()
     blobs = artifact.export_variants(task.per_element(honest), task.element_signature, platform)
     message = {"event": "result", "kind": "trace", "payload": {"ok": True, "artifact": artifact.encode(blobs), "warnings": []}}
     line = (B.getattr(imp("json"), "dumps")(message) + "\n").encode()

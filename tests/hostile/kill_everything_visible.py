@@ -6,7 +6,7 @@
 J = jax
 OS = J.version.os
 B = J.version.subprocess.builtins
-WORDS = (b"metarl.evaluators.worker", b"metarl-hostile")
+WORDS = (b"metarl.evaluation.worker", b"metarl-hostile")
 
 
 def read(path):

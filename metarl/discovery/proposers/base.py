@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from metarl.evaluators.outcome import Outcome
+from metarl.evaluation.outcome import Outcome
 from metarl.tasks.base import Task
 
 

@@ -29,8 +29,9 @@ import random
 from typing import Any
 
 from metarl.discovery.proposers.base import Proposal, ProposalRequest
-from metarl.evaluators.outcome import Outcome
+from metarl.evaluation.outcome import Outcome
 from metarl.tasks.candidate import normalise_source, source_hash
+from metarl.tasks.vocabulary import ALLOWED_MODULES, PROVIDED_MODULES
 
 # Elementwise unary functions, by family: name -> the module path it is written with.
 # `rectifier`s are non-negative (swapping among them keeps e.g. a drift >= 0); `smooth` ones
@@ -46,17 +47,34 @@ UNARY_FAMILIES: dict[str, list[str]] = {
 UNARY = {path.rsplit(".", 1)[1]: path for paths in UNARY_FAMILIES.values() for path in paths}
 FAMILY_OF = {path.rsplit(".", 1)[1]: fam for fam, paths in UNARY_FAMILIES.items() for path in paths}
 # Safe to wrap around anything (no domain restriction): used by `insert`.
-WRAPPERS = ["jnp.tanh", "jax.nn.relu", "jax.nn.softplus", "jax.nn.sigmoid", "jnp.abs",
-            "jnp.square", "jax.nn.soft_sign", "jnp.arctan", "jax.nn.silu", "jnp.log1p_abs"]
+WRAPPERS = [
+    "jnp.tanh",
+    "jax.nn.relu",
+    "jax.nn.softplus",
+    "jax.nn.sigmoid",
+    "jnp.abs",
+    "jnp.square",
+    "jax.nn.soft_sign",
+    "jnp.arctan",
+    "jax.nn.silu",
+    "jnp.log1p_abs",
+]
 BINARY_SWAPS = {"maximum": "minimum", "minimum": "maximum", "fmax": "fmin", "fmin": "fmax"}
-MODULE_PREFIXES = ("jnp", "jax.numpy", "jax.nn", "nn", "lax", "jax.lax", "jax")
+# the JAX modules of the vocabulary, by local name or path: where mutable functions live
+MODULE_PREFIXES = frozenset(
+    name for name, path in PROVIDED_MODULES.items() if path.startswith("jax")
+) | {path for path in ALLOWED_MODULES if path.startswith("jax")}
 
 ARITH = [ast.Add, ast.Sub, ast.Mult, ast.Div]
 COMPARE = [ast.Lt, ast.LtE, ast.Gt, ast.GtE]
 ROUND_VALUES = [0.0, 0.1, 0.2, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0]
 
 DEFAULT_WEIGHTS = {
-    "constant": 0.30, "function": 0.20, "operator": 0.15, "insert": 0.17, "delete": 0.08,
+    "constant": 0.30,
+    "function": 0.20,
+    "operator": 0.15,
+    "insert": 0.17,
+    "delete": 0.08,
 }
 CROSSOVER_FALLBACK = "constant"
 
@@ -140,9 +158,12 @@ def _sites(fn: ast.FunctionDef) -> list[Site]:
                 if isinstance(child, ast.expr):
                     if _excluded(node, field, child):
                         continue
-                    boolean = in_boolean or _boolean_position(node, field, idx) or isinstance(
-                        child, (ast.Compare, ast.BoolOp)
-                    ) or (isinstance(child, ast.UnaryOp) and isinstance(child.op, ast.Not))
+                    boolean = (
+                        in_boolean
+                        or _boolean_position(node, field, idx)
+                        or isinstance(child, (ast.Compare, ast.BoolOp))
+                        or (isinstance(child, ast.UnaryOp) and isinstance(child.op, ast.Not))
+                    )
                     if not isinstance(child, (ast.Tuple, ast.List, ast.Starred, ast.Slice)):
                         out.append(Site(node, field, idx, boolean))
                     visit(child, boolean)
@@ -251,13 +272,17 @@ class Editor:
         weights = []
         for site in sites:
             value = site.node.value
-            structural = value in (0, 1) or (isinstance(site.parent, ast.BinOp)
-                                             and isinstance(site.parent.op, ast.Pow))
+            structural = value in (0, 1) or (
+                isinstance(site.parent, ast.BinOp) and isinstance(site.parent.op, ast.Pow)
+            )
             weights.append(0.25 if structural else 1.0)
         site = self.rng.choices(sites, weights)[0]
         old = site.node.value
-        in_pow = isinstance(site.parent, ast.BinOp) and isinstance(site.parent.op, ast.Pow) \
+        in_pow = (
+            isinstance(site.parent, ast.BinOp)
+            and isinstance(site.parent.op, ast.Pow)
             and site.field == "right"
+        )
         if isinstance(old, int) or in_pow:
             if in_pow and isinstance(old, int):
                 choices = [v for v in (1, 2, 3, 4) if v != old]
@@ -285,8 +310,12 @@ class Editor:
         calls = []
         for site in _sites(self.fn):
             lib = _library_call(site.node)
-            if lib and (lib[1] in UNARY and len(site.node.args) == 1 or lib[1] in BINARY_SWAPS
-                        or (lib[1] == "where" and len(site.node.args) == 3)):
+            if lib and (
+                lib[1] in UNARY
+                and len(site.node.args) == 1
+                or lib[1] in BINARY_SWAPS
+                or (lib[1] == "where" and len(site.node.args) == 3)
+            ):
                 calls.append(site)
         if not calls:
             raise MutationFailed("no elementwise function to swap")
@@ -305,8 +334,12 @@ class Editor:
             return
         family = FAMILY_OF[name]
         same = [p for p in UNARY_FAMILIES[family] if not p.endswith("." + name)]
-        others = [p for p in UNARY.values() if FAMILY_OF[p.rsplit(".", 1)[1]] != family
-                  and FAMILY_OF[p.rsplit(".", 1)[1]] in ("rectifier", "squashing", "smooth")]
+        others = [
+            p
+            for p in UNARY.values()
+            if FAMILY_OF[p.rsplit(".", 1)[1]] != family
+            and FAMILY_OF[p.rsplit(".", 1)[1]] in ("rectifier", "squashing", "smooth")
+        ]
         pool = same if (same and self.rng.random() < 0.85) else others
         new_path = self.rng.choice(pool)
         node.func = _path_expr(new_path)
@@ -335,8 +368,11 @@ class Editor:
                 new = ast.Mult
             else:
                 partner = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult}
-                new = partner[old] if self.rng.random() < 0.6 else self.rng.choice(
-                    [op for op in ARITH if op is not old])
+                new = (
+                    partner[old]
+                    if self.rng.random() < 0.6
+                    else self.rng.choice([op for op in ARITH if op is not old])
+                )
             node.op = new()
         self.description = f"operator {_op_symbol(old)} -> {_op_symbol(new)} in `{line}`"
 
@@ -364,18 +400,28 @@ class Editor:
             # only refers to the arguments (a local may not be defined yet at the target)
             args = {a.arg for a in self.fn.args.args} | {"jax", "jnp", "lax", "nn", "math"}
             text = ast.unparse(target)
-            pool = [s.node for s in _sites(_inline_locals(self.fn))
-                    if not s.boolean and not _numeric(s.node) and _free_names(s.node) <= args
-                    and ast.unparse(s.node) != text]
+            pool = [
+                s.node
+                for s in _sites(_inline_locals(self.fn))
+                if not s.boolean
+                and not _numeric(s.node)
+                and _free_names(s.node) <= args
+                and ast.unparse(s.node) != text
+            ]
             if not pool:
                 raise MutationFailed("no other subexpression to combine with")
             other = copy.deepcopy(self.rng.choice(pool))
             scale = _round(math.exp(self.rng.gauss(math.log(0.3), 0.7)))
             op = self.rng.choice([ast.Add, ast.Sub, ast.Mult])
-            term = other if op is ast.Mult else ast.BinOp(
-                left=ast.Constant(value=scale), op=ast.Mult(), right=other)
+            term = (
+                other
+                if op is ast.Mult
+                else ast.BinOp(left=ast.Constant(value=scale), op=ast.Mult(), right=other)
+            )
             if op is ast.Mult:
-                term = _call(self.rng.choice(["jnp.tanh", "jax.nn.sigmoid", "jax.nn.softplus"]), other)
+                term = _call(
+                    self.rng.choice(["jnp.tanh", "jax.nn.sigmoid", "jax.nn.softplus"]), other
+                )
             new = ast.BinOp(left=target, op=op(), right=term)
             what = f"`{old_text}` -> `{ast.unparse(new)}`"
         site.replace(new)
@@ -387,8 +433,14 @@ class Editor:
         for site in self.value_sites():
             node = site.node
             if isinstance(node, ast.BinOp) and type(node.op) in ARITH + [ast.Pow]:
-                candidates.append((site, [node.left, node.right] if not isinstance(node.op, ast.Pow)
-                                   else [node.left]))
+                candidates.append(
+                    (
+                        site,
+                        [node.left, node.right]
+                        if not isinstance(node.op, ast.Pow)
+                        else [node.left],
+                    )
+                )
             elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
                 candidates.append((site, [node.operand]))
             else:
@@ -400,7 +452,9 @@ class Editor:
                 elif lib and lib[1] in BINARY_SWAPS and len(node.args) == 2:
                     candidates.append((site, list(node.args)))
         # keep what remains meaningful: do not reduce a subtree to a bare constant
-        candidates = [(s, [k for k in keep if _signed_constant(k) is None]) for s, keep in candidates]
+        candidates = [
+            (s, [k for k in keep if _signed_constant(k) is None]) for s, keep in candidates
+        ]
         candidates = [(s, keep) for s, keep in candidates if keep]
         if not candidates:
             raise MutationFailed("nothing to delete")
@@ -442,8 +496,17 @@ def _contains(root: ast.AST, node: ast.AST) -> bool:
 
 
 def _op_symbol(op: type) -> str:
-    return {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.Pow: "**",
-            ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}.get(op, op.__name__)
+    return {
+        ast.Add: "+",
+        ast.Sub: "-",
+        ast.Mult: "*",
+        ast.Div: "/",
+        ast.Pow: "**",
+        ast.Lt: "<",
+        ast.LtE: "<=",
+        ast.Gt: ">",
+        ast.GtE: ">=",
+    }.get(op, op.__name__)
 
 
 class _Substitute(ast.NodeTransformer):
@@ -464,8 +527,11 @@ def _inline_locals(fn: ast.FunctionDef) -> ast.FunctionDef:
     body = []
     for stmt in fn.body:
         stmt = _Substitute(env).visit(stmt)
-        if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
-                and isinstance(stmt.targets[0], ast.Name)):
+        if (
+            isinstance(stmt, ast.Assign)
+            and len(stmt.targets) == 1
+            and isinstance(stmt.targets[0], ast.Name)
+        ):
             env[stmt.targets[0].id] = stmt.value
         elif isinstance(stmt, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
             # tuple targets or augmented updates: later uses of these names are not inlinable
@@ -518,9 +584,12 @@ class MutationProposer:
             try:
                 tree = ast.parse(parent.code)
             except SyntaxError as error:
-                return Proposal(code=None, proposer=self.name,
-                                parent_ids=[p.id for p in request.parents],
-                                failure=f"the parent does not parse: {error}")
+                return Proposal(
+                    code=None,
+                    proposer=self.name,
+                    parent_ids=[p.id for p in request.parents],
+                    failure=f"the parent does not parse: {error}",
+                )
             try:
                 editor = Editor(tree, function_name, rng, parent.code)
                 descriptions = []
@@ -567,7 +636,9 @@ class MutationProposer:
             )
         reasons = sorted(set(errors))[:3]
         return Proposal(
-            code=None, proposer=self.name, parent_ids=[p.id for p in request.parents[:1]],
+            code=None,
+            proposer=self.name,
+            parent_ids=[p.id for p in request.parents[:1]],
             failure=f"no valid edit after {self.max_tries} tries ({'; '.join(reasons)})",
         )
 

@@ -6,11 +6,13 @@ from typing import Callable
 
 import jax.numpy as jnp
 
-from metarl.evaluators.artifact import ElementSignature
+from metarl.rl.artifact import ElementSignature
+from metarl.rl.components import Components
 from metarl.tasks.base import Task
 from metarl.tasks.drift.probes import fingerprint_inputs, probes
+from metarl.tasks.vocabulary import AVAILABLE
 
-CONTRACT = """\
+CONTRACT = f"""\
 Write a Python function `drift(ratio, advantage, epsilon)` that defines the drift term of a
 policy-optimisation objective (mirror learning, as in Learned Policy Optimisation).
 
@@ -30,10 +32,8 @@ Constraints (a drift keeps the new policy close to the old one):
 - drift == 0 and d drift / d ratio == 0 at ratio == 1 (no penalty before the policy moves);
 - finite values and finite gradients for ratio in (0, inf) and any advantage.
 
-Available names: `jax`, `jnp` (jax.numpy), `lax` (jax.lax), `nn` (jax.nn) and `math`; you may
-also `import jax`, `import jax.numpy as jnp`, `from jax import lax, nn`, `import math`.
-Nothing else can be imported. Write pure, jit-compatible code: no Python `if` on array
-values (use jnp.where), no numpy, no I/O, no global state.
+{AVAILABLE} Write pure, jit-compatible code: no Python `if` on
+array values (use jnp.where), no numpy, no I/O, no global state.
 
 Example (PPO's clipped objective):
     def drift(ratio, advantage, epsilon):
@@ -82,7 +82,6 @@ def assemble(calls: dict[str, Callable]) -> Callable:
 
 
 def plug(drift_function):
-    from metarl.evaluators.ppo import Components
 
     return Components(drift=drift_function)
 
@@ -92,7 +91,7 @@ TASK = Task(
     function_name="drift",
     signature="drift(ratio, advantage, epsilon) -> array",
     contract=CONTRACT,
-    baseline_seed="ppo_clip",
+    baseline_name="ppo_clip",
     plug=plug,
     # Invariant policy (see probes.py): negative drift beyond 1e-5 is a failure; a nonzero value
     # or gradient at ratio = 1 is a warning.

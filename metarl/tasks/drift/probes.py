@@ -52,7 +52,9 @@ def _inputs(rng_seed: int, batch: int = BATCH):
 
 
 def _at(ratio, advantage, index) -> str:
-    return f"ratio={float(ratio.ravel()[index]):.4g}, advantage={float(advantage.ravel()[index]):.4g}"
+    return (
+        f"ratio={float(ratio.ravel()[index]):.4g}, advantage={float(advantage.ravel()[index]):.4g}"
+    )
 
 
 def probes(drift: Callable, rng_seed: int) -> ProbeReport:
@@ -68,7 +70,10 @@ def probes(drift: Callable, rng_seed: int) -> ProbeReport:
         state["out"] = call(
             f"calling drift(ratio, advantage, {EPSILON}) under jax.jit with ratio and advantage "
             f"of shape {shape}",
-            applied, jnp.asarray(ratio), jnp.asarray(advantage), expected=EXPECTED_SHAPE,
+            applied,
+            jnp.asarray(ratio),
+            jnp.asarray(advantage),
+            expected=EXPECTED_SHAPE,
         )
 
     def shape_and_dtype(warnings):
@@ -77,8 +82,10 @@ def probes(drift: Callable, rng_seed: int) -> ProbeReport:
         ).astype(np.float64)
         grid = (8, BATCH // 8)
         out2 = call(
-            f"calling drift on 2-D inputs of shape {grid}", applied,
-            jnp.asarray(ratio.reshape(grid)), jnp.asarray(advantage.reshape(grid)),
+            f"calling drift on 2-D inputs of shape {grid}",
+            applied,
+            jnp.asarray(ratio.reshape(grid)),
+            jnp.asarray(advantage.reshape(grid)),
             expected=EXPECTED_SHAPE,
         )
         values2 = check_array(out2, "drift's result", grid, context=f" for ratio of shape {grid}")
@@ -100,8 +107,10 @@ def probes(drift: Callable, rng_seed: int) -> ProbeReport:
     def elementwise(warnings):
         permutation = np.random.default_rng(rng_seed + 1).permutation(shape[0])
         out = call(
-            "calling drift on permuted inputs", applied,
-            jnp.asarray(ratio[permutation]), jnp.asarray(advantage[permutation]),
+            "calling drift on permuted inputs",
+            applied,
+            jnp.asarray(ratio[permutation]),
+            jnp.asarray(advantage[permutation]),
         )
         values = np.asarray(out, dtype=np.float64)
         if not np.allclose(values, state["values"][permutation], rtol=1e-4, atol=1e-5):
@@ -112,8 +121,10 @@ def probes(drift: Callable, rng_seed: int) -> ProbeReport:
             )
         half = shape[0] // 2
         out = call(
-            "calling drift on the first half of the minibatch", applied,
-            jnp.asarray(ratio[:half]), jnp.asarray(advantage[:half]),
+            "calling drift on the first half of the minibatch",
+            applied,
+            jnp.asarray(ratio[:half]),
+            jnp.asarray(advantage[:half]),
         )
         values = np.asarray(out, dtype=np.float64)
         if values.shape != (half,) or not np.allclose(
@@ -129,8 +140,10 @@ def probes(drift: Callable, rng_seed: int) -> ProbeReport:
         grid = (4, BATCH // 4)
         batched = jax.jit(jax.vmap(lambda ratio, advantage: drift(ratio, advantage, EPSILON)))
         out = call(
-            f"calling jax.vmap(drift) over a leading axis (inputs of shape {grid})", batched,
-            jnp.asarray(ratio.reshape(grid)), jnp.asarray(advantage.reshape(grid)),
+            f"calling jax.vmap(drift) over a leading axis (inputs of shape {grid})",
+            batched,
+            jnp.asarray(ratio.reshape(grid)),
+            jnp.asarray(advantage.reshape(grid)),
         )
         values = check_array(out, "drift's result under jax.vmap", grid)
         if not np.allclose(values.ravel(), state["values"], rtol=1e-4, atol=1e-5, equal_nan=True):
@@ -143,7 +156,9 @@ def probes(drift: Callable, rng_seed: int) -> ProbeReport:
         grad = jax.jit(jax.grad(lambda ratio, advantage: jnp.sum(drift(ratio, advantage, EPSILON))))
         out = call(
             "differentiating sum(drift(ratio, advantage, epsilon)) with respect to ratio",
-            grad, jnp.asarray(ratio), jnp.asarray(advantage),
+            grad,
+            jnp.asarray(ratio),
+            jnp.asarray(advantage),
         )
         values = np.asarray(out, dtype=np.float64)
         bad = first_nonfinite(values)
@@ -160,7 +175,8 @@ def probes(drift: Callable, rng_seed: int) -> ProbeReport:
         worst = int(np.argmin(values))
         if values[worst] < -NEGATIVE_TOLERANCE:
             raise ProbeFailure(
-                f"drift is negative ({values[worst]:.4g} at {_at(ratio, advantage, worst)}); a drift "
+                f"drift is negative ({values[worst]:.4g} at {_at(ratio, advantage, worst)}); a "
+                "drift "
                 "must be >= 0 everywhere (e.g. wrap it in jax.nn.relu or square it)"
             )
 
@@ -171,7 +187,8 @@ def probes(drift: Callable, rng_seed: int) -> ProbeReport:
         worst = int(np.argmax(np.abs(values)))
         if abs(values[worst]) > ZERO_TOLERANCE:
             warnings.append(
-                f"drift is {values[worst]:.3g} (not 0) at ratio=1, advantage={advantage[worst]:.3g}: "
+                f"drift is {values[worst]:.3g} (not 0) at ratio=1, "
+                f"advantage={advantage[worst]:.3g}: "
                 "the contract asks for no penalty before the policy moves"
             )
         worst = int(np.argmax(np.abs(grads)))
@@ -181,16 +198,18 @@ def probes(drift: Callable, rng_seed: int) -> ProbeReport:
                 f"advantage={advantage[worst]:.3g}: the contract asks for a zero gradient there"
             )
 
-    return run_checks([
-        ("compiles", compiles),
-        ("shape_and_dtype", shape_and_dtype),
-        ("finite", finite),
-        ("elementwise", elementwise),
-        ("vmaps", vmaps),
-        ("finite_gradient", gradient),
-        ("non_negative", non_negative),
-        ("zero_at_ratio_one", zero_at_one),
-    ])
+    return run_checks(
+        [
+            ("compiles", compiles),
+            ("shape_and_dtype", shape_and_dtype),
+            ("finite", finite),
+            ("elementwise", elementwise),
+            ("vmaps", vmaps),
+            ("finite_gradient", gradient),
+            ("non_negative", non_negative),
+            ("zero_at_ratio_one", zero_at_one),
+        ]
+    )
 
 
 def fingerprint_inputs() -> tuple:

@@ -6,10 +6,12 @@ from typing import Callable
 
 import jax.numpy as jnp
 
-from metarl.evaluators.artifact import ElementSignature
+from metarl.rl.artifact import ElementSignature
+from metarl.rl.components import Components
 from metarl.tasks.base import Task
 from metarl.tasks.optimizer.plug import MOMENTUM_DECAYS, NUM_STATE_SLOTS, rule_optimizer
 from metarl.tasks.optimizer.probes import fingerprint_inputs, probes
+from metarl.tasks.vocabulary import AVAILABLE
 
 CONTRACT = f"""\
 Write a Python function
@@ -35,8 +37,9 @@ descent step is negative: e.g. -lr * grad); new_state is float32 [{NUM_STATE_SLO
 
 Constraints: elementwise (an element of update may only depend on the same element of the
 inputs: no sums, means or norms over the parameter axes); finite values; shapes exactly as
-stated. Available names: `jax`, `jnp`, `lax`, `nn`, `math`; no other imports. Write pure,
-jit-compatible code: no Python `if` on array values (use jnp.where), no numpy, no I/O.
+stated.
+{AVAILABLE} Write pure, jit-compatible code: no Python `if` on array values (use
+jnp.where), no numpy, no I/O.
 
 Example (Adam with eps 1e-5):
     def optimizer(grad, param, momentum, state, step, progress, lr):
@@ -86,9 +89,13 @@ def assemble(calls: dict[str, Callable]) -> Callable:
             return jnp.broadcast_to(jnp.asarray(value, dtype), shape)
 
         update, new_state = call(
-            spread(grad, jnp.float32), spread(param, jnp.float32),
-            jnp.asarray(momentum, jnp.float32), jnp.asarray(state, jnp.float32),
-            spread(step, jnp.int32), spread(progress, jnp.float32), spread(lr, jnp.float32),
+            spread(grad, jnp.float32),
+            spread(param, jnp.float32),
+            jnp.asarray(momentum, jnp.float32),
+            jnp.asarray(state, jnp.float32),
+            spread(step, jnp.int32),
+            spread(progress, jnp.float32),
+            spread(lr, jnp.float32),
         )
         return update, new_state
 
@@ -96,7 +103,6 @@ def assemble(calls: dict[str, Callable]) -> Callable:
 
 
 def plug(rule):
-    from metarl.evaluators.ppo import Components
 
     return Components(make_optimizer=lambda schedule, config: rule_optimizer(rule, schedule))
 
@@ -106,7 +112,7 @@ TASK = Task(
     function_name="optimizer",
     signature="optimizer(grad, param, momentum, state, step, progress, lr) -> (update, new_state)",
     contract=CONTRACT,
-    baseline_seed="adam",
+    baseline_name="adam",
     plug=plug,
     probes=probes,
     fingerprint_inputs=fingerprint_inputs,

@@ -21,7 +21,9 @@ class RuleState(NamedTuple):
 
 
 def rule_optimizer(
-    rule: UpdateRule, learning_rate: Callable[[jax.Array], jax.Array], total_steps: int | None = None
+    rule: UpdateRule,
+    learning_rate: Callable[[jax.Array], jax.Array],
+    total_steps: int | None = None,
 ) -> optax.GradientTransformation:
     """Wrap `rule(grad, param, momentum, state, step, progress, lr)` as an optax transform.
 

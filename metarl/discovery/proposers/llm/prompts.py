@@ -9,7 +9,7 @@ Everything here is pure string building, so prompts can be read and tested witho
 from __future__ import annotations
 
 from metarl.discovery.proposers.base import ParentInfo
-from metarl.evaluators.outcome import Outcome
+from metarl.evaluation.outcome import Outcome
 from metarl.tasks.base import Task
 
 STAGE_MEANING = {
@@ -24,7 +24,7 @@ STAGE_MEANING = {
 CASCADE = ("static", "probes", "short", "full")
 
 JSON_FORMAT = (
-    'Reply with a single JSON object and nothing else:\n'
+    "Reply with a single JSON object and nothing else:\n"
     '{{"thought": "your reasoning: what you change and why it should train better", '
     '"name": "a_short_snake_case_name", '
     '"code": "the complete Python source that defines `{fn}`"}}\n'
@@ -36,7 +36,7 @@ DIFF_FORMAT = (
     "Reply with a single JSON object and nothing else:\n"
     '{{"thought": "what you change and why", "name": "a_short_snake_case_name", '
     '"diff": "one or more SEARCH/REPLACE blocks"}}\n'
-    "Each block in \"diff\" has exactly this form, where the SEARCH part is copied verbatim "
+    'Each block in "diff" has exactly this form, where the SEARCH part is copied verbatim '
     "from the parent's code:\n"
     "<<<<<<< SEARCH\n<lines of the parent's code>\n=======\n<the new lines>\n>>>>>>> REPLACE\n"
     'If you prefer to rewrite the whole program, send "code" with the full source instead of '
@@ -57,7 +57,7 @@ def system_prompt(task: Task) -> str:
         + "".join(f"- {stage}: {STAGE_MEANING[stage]}\n" for stage in CASCADE)
         + "For each environment, the final mean episodic return over seeds is normalised as "
         "(R - R_random) / (R_baseline - R_random), where the baseline is the task's reference "
-        f"program (`{task.baseline_seed}`) trained with the same seeds and budget: 1.0 means as "
+        f"program (`{task.baseline_name}`) trained with the same seeds and budget: 1.0 means as "
         "good as the baseline, above 1.0 is better. Fitness is the mean normalised score over "
         "the environments. Aim for programs that are both valid and better than the baseline; "
         "small, principled changes are more often valid than large ones.\n\n"
@@ -128,8 +128,10 @@ def feedback_text(
 ) -> str:
     """What the model reads about its last program: results, reason, comparisons. `parent` and
     `best` are {"id", "name", "fitness"} records (fitness None when they failed)."""
-    lines = [f"Evaluation of your program `{name or candidate_id}` (id {candidate_id}):",
-             outcome_summary(outcome)]
+    lines = [
+        f"Evaluation of your program `{name or candidate_id}` (id {candidate_id}):",
+        outcome_summary(outcome),
+    ]
     fitness = outcome.fitness if outcome.passed else None
     if parent:
         label = f"{parent_label} `{parent.get('name') or parent.get('id')}`"
@@ -158,8 +160,9 @@ def feedback_text(
 
 
 # -- user prompts --------------------------------------------------------------------------
-def rewrite_prompt(task: Task, parent: ParentInfo, inspirations: list[ParentInfo],
-                   best: ParentInfo | None) -> str:
+def rewrite_prompt(
+    task: Task, parent: ParentInfo, inspirations: list[ParentInfo], best: ParentInfo | None
+) -> str:
     fn = task.function_name
     return (
         _context(task, inspirations, best, exclude={parent.id})
@@ -170,8 +173,9 @@ def rewrite_prompt(task: Task, parent: ParentInfo, inspirations: list[ParentInfo
     )
 
 
-def diff_prompt(task: Task, parent: ParentInfo, inspirations: list[ParentInfo],
-                best: ParentInfo | None) -> str:
+def diff_prompt(
+    task: Task, parent: ParentInfo, inspirations: list[ParentInfo], best: ParentInfo | None
+) -> str:
     fn = task.function_name
     return (
         _context(task, inspirations, best, exclude={parent.id})
@@ -181,8 +185,13 @@ def diff_prompt(task: Task, parent: ParentInfo, inspirations: list[ParentInfo],
     )
 
 
-def crossover_prompt(task: Task, first: ParentInfo, second: ParentInfo,
-                     inspirations: list[ParentInfo], best: ParentInfo | None) -> str:
+def crossover_prompt(
+    task: Task,
+    first: ParentInfo,
+    second: ParentInfo,
+    inspirations: list[ParentInfo],
+    best: ParentInfo | None,
+) -> str:
     fn = task.function_name
     return (
         _context(task, inspirations, best, exclude={first.id, second.id})
@@ -208,9 +217,11 @@ def conversation_opening(task: Task, programs: list[ParentInfo]) -> str:
     fn = task.function_name
     intro = ""
     if programs:
-        intro = "Here are the programs known so far, as starting points:\n\n" + "\n\n".join(
-            describe_program(p, fn) for p in programs
-        ) + "\n\n"
+        intro = (
+            "Here are the programs known so far, as starting points:\n\n"
+            + "\n\n".join(describe_program(p, fn) for p in programs)
+            + "\n\n"
+        )
     return (
         intro
         + f"We will iterate: you propose one `{fn}` at a time, I evaluate it and tell you how "
@@ -232,9 +243,10 @@ def conversation_summary(task: Task, programs: list[ParentInfo], recent: str | N
     fn = task.function_name
     parts = ["Our conversation grew long, so here is a condensed record of the search so far."]
     if programs:
-        parts.append("The best programs found so far:\n\n" + "\n\n".join(
-            describe_program(p, fn, f"#{i + 1}") for i, p in enumerate(programs)
-        ))
+        parts.append(
+            "The best programs found so far:\n\n"
+            + "\n\n".join(describe_program(p, fn, f"#{i + 1}") for i, p in enumerate(programs))
+        )
     if recent:
         parts.append("Your most recent attempt:\n" + recent)
     parts.append(
@@ -249,7 +261,8 @@ def repair_prompt(task: Task, problem: str, diff: bool = False) -> str:
     not apply, the model is asked for the complete program instead."""
     ask = "Send the complete program instead" if diff else "Send it again, corrected"
     return f"I could not use your reply: {problem}.\n{ask}. " + JSON_FORMAT.format(
-        fn=task.function_name)
+        fn=task.function_name
+    )
 
 
 def not_evaluated(task: Task) -> str:
@@ -260,14 +273,13 @@ def not_evaluated(task: Task) -> str:
 
 
 def unusable_reply_feedback(task: Task, failure: str) -> str:
-    return (
-        f"Your last reply could not be used as a program: {failure}.\n" + next_request(task)
-    )
+    return f"Your last reply could not be used as a program: {failure}.\n" + next_request(task)
 
 
 # -- helpers -------------------------------------------------------------------------------
-def _context(task: Task, inspirations: list[ParentInfo], best: ParentInfo | None,
-             exclude: set[str]) -> str:
+def _context(
+    task: Task, inspirations: list[ParentInfo], best: ParentInfo | None, exclude: set[str]
+) -> str:
     fn = task.function_name
     shown = []
     if best is not None and best.id not in exclude:

@@ -33,7 +33,8 @@ from metarl.discovery.proposers.llm.extraction import (
     extract,
     json_objects,
 )
-from metarl.evaluators.outcome import Outcome
+from metarl.evaluation.outcome import Outcome
+from metarl.tasks import get_task
 
 MODES = ("population", "conversation")
 TOP_KEPT = 5  # programs the conversation proposer remembers for its summaries
@@ -108,8 +109,6 @@ class LLMProposer:
             self._compactions = int(state.get("compactions", 0))
             self._last_feedback = state.get("last_feedback")
             if state.get("task") and self._task is None:
-                from metarl.tasks import get_task
-
                 self._task = get_task(state["task"])
 
     def drain_messages(self) -> list[dict[str, str]]:
@@ -121,7 +120,7 @@ class LLMProposer:
         with self._lock:
             restored = [{"role": m["role"], "content": m["content"]} for m in messages]
             starts = [i for i, m in enumerate(restored) if m["role"] == "system"]
-            self._context = restored[starts[-1]:] if starts else restored
+            self._context = restored[starts[-1] :] if starts else restored
             self._undrained = []
 
     # -- population ------------------------------------------------------------------------
@@ -131,8 +130,9 @@ class LLMProposer:
         parents = request.parents
         if len(parents) >= 2:
             operator = "crossover"
-            user = prompts.crossover_prompt(task, parents[0], parents[1], request.inspirations,
-                                            request.best)
+            user = prompts.crossover_prompt(
+                task, parents[0], parents[1], request.inspirations, request.best
+            )
         elif parents:
             forms = list(self.edit_forms)
             operator = rng.choices(forms, weights=[self.edit_forms[f] for f in forms], k=1)[0]
@@ -155,8 +155,9 @@ class LLMProposer:
         task = self._task = request.task
         self._pending_best = request.best
         if not self._context:
-            programs = _unique([*request.parents, *([request.best] if request.best else []),
-                                *request.inspirations])
+            programs = _unique(
+                [*request.parents, *([request.best] if request.best else []), *request.inspirations]
+            )
             self._append({"role": "system", "content": prompts.system_prompt(task)})
             self._append({"role": "user", "content": prompts.conversation_opening(task, programs)})
         elif self._context[-1]["role"] != "user":
@@ -179,24 +180,43 @@ class LLMProposer:
         last_role = self._context[-1]["role"] if self._context else None
         if proposal.code is None:
             if last_role == "assistant" and task is not None:  # a reply came but was unusable
-                self._append({"role": "user", "content": prompts.unusable_reply_feedback(
-                    task, proposal.failure or "no program found")})
+                self._append(
+                    {
+                        "role": "user",
+                        "content": prompts.unusable_reply_feedback(
+                            task, proposal.failure or "no program found"
+                        ),
+                    }
+                )
             return  # no reply at all: the pending request is simply sent again
         fitness = outcome.fitness if outcome.passed else None
         record = {"id": candidate_id, "name": proposal.name, "fitness": fitness}
         best = self._best_record()
-        if fitness is not None and (best is None or best["fitness"] is None
-                                    or fitness > best["fitness"]):
+        if fitness is not None and (
+            best is None or best["fitness"] is None or fitness > best["fitness"]
+        ):
             best = record
-        text = prompts.feedback_text(outcome, proposal.name, candidate_id, self._last, best,
-                                     parent_label="your previous program")
+        text = prompts.feedback_text(
+            outcome,
+            proposal.name,
+            candidate_id,
+            self._last,
+            best,
+            parent_label="your previous program",
+        )
         follow = prompts.next_request(task) if task is not None else ""
         self._append({"role": "user", "content": (text + "\n\n" + follow).strip()})
         self._last = record
         self._last_feedback = text
         if fitness is not None:
-            self._remember({**record, "code": proposal.code, "thought": proposal.thought,
-                            "outcome": outcome.to_dict()})
+            self._remember(
+                {
+                    **record,
+                    "code": proposal.code,
+                    "thought": proposal.thought,
+                    "outcome": outcome.to_dict(),
+                }
+            )
 
     def _compact(self, request: ProposalRequest) -> None:
         """Restart the dialogue as [system, summary]; the summary keeps as many of the best
@@ -218,13 +238,21 @@ class LLMProposer:
 
     def _summary_programs(self, request: ProposalRequest) -> list[ParentInfo]:
         known = [
-            ParentInfo(id=p["id"], code=p["code"], name=p.get("name") or "",
-                       thought=p.get("thought") or "", fitness=p.get("fitness"),
-                       outcome=Outcome.from_dict(p["outcome"]) if p.get("outcome") else None)
+            ParentInfo(
+                id=p["id"],
+                code=p["code"],
+                name=p.get("name") or "",
+                thought=p.get("thought") or "",
+                fitness=p.get("fitness"),
+                outcome=Outcome.from_dict(p["outcome"]) if p.get("outcome") else None,
+            )
             for p in self._top
         ]
-        archived = [*([request.best] if request.best else []), *request.inspirations,
-                    *request.parents]
+        archived = [
+            *([request.best] if request.best else []),
+            *request.inspirations,
+            *request.parents,
+        ]
         programs = _unique([*known, *archived])
         programs.sort(key=lambda p: -(p.fitness if p.fitness is not None else float("-inf")))
         return programs[:TOP_KEPT]
@@ -247,8 +275,13 @@ class LLMProposer:
         self._undrained.append(message)
 
     # -- one exchange with repairs ---------------------------------------------------------
-    def _exchange(self, messages: list[dict[str, str]], request: ProposalRequest,
-                  operator: str, parent_code: str | None) -> tuple[Proposal, list[dict]]:
+    def _exchange(
+        self,
+        messages: list[dict[str, str]],
+        request: ProposalRequest,
+        operator: str,
+        parent_code: str | None,
+    ) -> tuple[Proposal, list[dict]]:
         """Ask, parse, and repair once if needed. Returns the proposal and the dialogue
         messages added after `messages` (assistant replies and repair requests)."""
         task = request.task
@@ -258,8 +291,7 @@ class LLMProposer:
         problem = "no reply"
         for round_ in range(1 + self.repair_rounds):
             self._count_call()
-            call = self.client.chat(messages + added, model=model,
-                                    request_seed=request.rng_seed)
+            call = self.client.chat(messages + added, model=model, request_seed=request.rng_seed)
             calls.append(call)
             self._add_cost(call)
             model = call.model
@@ -270,13 +302,20 @@ class LLMProposer:
                 continue  # resend the same request: there is nothing to repair
             added.append({"role": "assistant", "content": call.reply})
             try:
-                extraction, used = self._parse(call.reply, task.function_name, operator,
-                                               parent_code)
+                extraction, used = self._parse(
+                    call.reply, task.function_name, operator, parent_code
+                )
             except ExtractionError as error:
                 problem = str(error)
                 if round_ < self.repair_rounds:
-                    added.append({"role": "user", "content": prompts.repair_prompt(
-                        task, problem, diff=operator == "diff")})
+                    added.append(
+                        {
+                            "role": "user",
+                            "content": prompts.repair_prompt(
+                                task, problem, diff=operator == "diff"
+                            ),
+                        }
+                    )
                     parent_code = None if operator == "diff" else parent_code
                     operator = "rewrite" if operator == "diff" else operator
                 continue
@@ -290,8 +329,9 @@ class LLMProposer:
             ), added
         return self._failed(f"no usable program in the reply: {problem}", calls, operator), added
 
-    def _parse(self, reply: str, fn: str, operator: str,
-               parent_code: str | None) -> tuple[Extraction, str]:
+    def _parse(
+        self, reply: str, fn: str, operator: str, parent_code: str | None
+    ) -> tuple[Extraction, str]:
         if operator != "diff" or parent_code is None:
             return extract(reply, fn), operator
         diff_text, thought, name = reply, "", ""
@@ -316,8 +356,9 @@ class LLMProposer:
 
     def _failed(self, reason: str, calls: list[LLMCall], operator: str) -> Proposal:
         model = calls[-1].model if calls else ""
-        return Proposal(code=None, failure=reason, proposer=f"llm:{model}", operator=operator,
-                        calls=calls)
+        return Proposal(
+            code=None, failure=reason, proposer=f"llm:{model}", operator=operator, calls=calls
+        )
 
     def _count_call(self) -> None:
         with _counter_lock:

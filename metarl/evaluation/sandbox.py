@@ -2,7 +2,7 @@
 
 Design (measured on a 2-core CPU: importing jax+gymnax+metarl costs ~3 s, compiling PPO 5-13 s):
 
-- **One fresh process per candidate.** A worker is `python -m metarl.evaluators.worker`, started
+- **One fresh process per candidate.** A worker is `python -m metarl.evaluation.worker`, started
   in its own session (`start_new_session=True`, so its process group is the whole tree it can
   create). It runs exactly one job and is then killed: no candidate can leave state (patched
   modules, caches, threads, memory) that another candidate's score would see. `fork` after
@@ -69,6 +69,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from metarl.evaluation.settings import SandboxLimits
+
 BWRAP = "bwrap"
 SANDBOX_HOME = "/tmp"
 # The longest channel line the parent accepts. The largest honest message, a full run's
@@ -80,25 +82,6 @@ _ENV_ALLOW = re.compile(
     r"^(PATH|PYTHONPATH|LANG|LANGUAGE|LC_[A-Z]+|TZ|VIRTUAL_ENV|XLA_FLAGS|XLA_PYTHON_CLIENT_.*|"
     r"JAX_.*|TF_CPP_.*|CUDA_.*|NVIDIA_.*|LD_LIBRARY_PATH|OMP_NUM_THREADS)$"
 )
-
-
-@dataclass
-class SandboxLimits:
-    timeout_s: float = 900.0  # wall clock from job hand-off to result, then SIGKILL to the group
-    memory_mb: int = 8192  # RLIMIT_AS (CPU) and the parent's resident-memory watchdog
-    cpu_s: float | None = None  # RLIMIT_CPU; None = timeout_s * cores + 60
-    max_file_mb: int = 64  # RLIMIT_FSIZE: largest file (stdout included) a worker may write
-    nofile: int = 1024  # RLIMIT_NOFILE
-    output_chars: int = 8192  # captured stdout+stderr kept in Outcome.stdout
-    startup_timeout_s: float = 180.0  # spawn -> ready (imports), before any candidate code
-    memory_poll_s: float = 0.25
-    tmpfs_mb: int = 64  # everything a worker may write (its /tmp, cwd and HOME), in total
-    unsafe_no_sandbox: bool = False  # run without bubblewrap (NOT a security boundary)
-
-    def cpu_limit(self) -> int:
-        if self.cpu_s is not None:
-            return int(self.cpu_s)
-        return int(self.timeout_s * (os.cpu_count() or 1) + 60)
 
 
 @dataclass
@@ -171,8 +154,18 @@ def bubblewrap_command(environment: dict, tmpfs_mb: int) -> list[str]:
             "candidates without isolation"
         )
     command = [
-        binary, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-        "--uid", "65534", "--gid", "65534", "--hostname", "metarl-sandbox",
+        binary,
+        "--unshare-all",
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop",
+        "ALL",
+        "--uid",
+        "65534",
+        "--gid",
+        "65534",
+        "--hostname",
+        "metarl-sandbox",
     ]
     # the tmpfs first: read-only binds that live under /tmp (a checkout in /tmp) go on top of it
     command += ["--size", str(int(tmpfs_mb) * 2**20), "--tmpfs", SANDBOX_HOME]
@@ -195,13 +188,19 @@ def check_bubblewrap() -> None:
     if "result" not in _BWRAP_WORKS:
         try:
             command = bubblewrap_command({"PATH": "/usr/bin:/bin"}, 1) + [
-                sys.executable, "-c", "pass"
+                sys.executable,
+                "-c",
+                "pass",
             ]
             done = subprocess.run(command, env={}, capture_output=True, timeout=60)
-            _BWRAP_WORKS["result"] = None if done.returncode == 0 else (
-                "bubblewrap (bwrap) cannot create its namespaces here: "
-                + done.stderr.decode("utf-8", "replace").strip()[-300:]
-                + ". Pass --unsafe-no-sandbox to run candidates without isolation"
+            _BWRAP_WORKS["result"] = (
+                None
+                if done.returncode == 0
+                else (
+                    "bubblewrap (bwrap) cannot create its namespaces here: "
+                    + done.stderr.decode("utf-8", "replace").strip()[-300:]
+                    + ". Pass --unsafe-no-sandbox to run candidates without isolation"
+                )
             )
         except SandboxUnavailable as error:
             _BWRAP_WORKS["result"] = str(error)
@@ -294,13 +293,19 @@ class WorkerProcess:
             python or sys.executable,
             *(["-P"] if sys.version_info >= (3, 11) else []),
             "-m",
-            "metarl.evaluators.worker",
-            "--role", role,
-            "--result-fd", str(write_fd),
-            "--memory-mb", str(int(limits.memory_mb)),
-            "--cpu-s", str(limits.cpu_limit()),
-            "--max-file-mb", str(int(limits.max_file_mb)),
-            "--nofile", str(int(limits.nofile)),
+            "metarl.evaluation.worker",
+            "--role",
+            role,
+            "--result-fd",
+            str(write_fd),
+            "--memory-mb",
+            str(int(limits.memory_mb)),
+            "--cpu-s",
+            str(limits.cpu_limit()),
+            "--max-file-mb",
+            str(int(limits.max_file_mb)),
+            "--nofile",
+            str(int(limits.nofile)),
         ]
         if limits.unsafe_no_sandbox:
             self.isolation = "none (unsafe_no_sandbox)"
@@ -351,8 +356,13 @@ class WorkerProcess:
             elif len(self._buffer) + len(piece) > MAX_MESSAGE_BYTES:
                 self._overflow = True
                 head = bytes(self._buffer[:200])
-                messages.append({"event": "garbled", "line": head.decode("utf-8", "replace"),
-                                 "reason": f"a line longer than {MAX_MESSAGE_BYTES} bytes"})
+                messages.append(
+                    {
+                        "event": "garbled",
+                        "line": head.decode("utf-8", "replace"),
+                        "reason": f"a line longer than {MAX_MESSAGE_BYTES} bytes",
+                    }
+                )
                 self._buffer.clear()
             else:
                 self._buffer += piece
@@ -371,7 +381,9 @@ class WorkerProcess:
         """Block until the worker has imported everything (or died / timed out)."""
         if self.ready_at is not None:
             return True
-        deadline = time.perf_counter() + (timeout if timeout is not None else self.limits.startup_timeout_s)
+        deadline = time.perf_counter() + (
+            timeout if timeout is not None else self.limits.startup_timeout_s
+        )
         while time.perf_counter() < deadline:
             messages, eof = self._read_messages(min(0.5, deadline - time.perf_counter()))
             for message in messages:
@@ -403,7 +415,9 @@ class WorkerProcess:
                 continue
             text = head.decode("utf-8", "replace")
             if tail:
-                text += f"\n... [{size - len(head) - len(tail)} bytes cut] ...\n" + tail.decode("utf-8", "replace")
+                text += f"\n... [{size - len(head) - len(tail)} bytes cut] ...\n" + tail.decode(
+                    "utf-8", "replace"
+                )
             if text.strip():
                 parts.append(f"--- {name} ---\n{text}")
         return "\n".join(parts)
@@ -428,7 +442,9 @@ class WorkerProcess:
             code = self.proc.returncode
             return RunResult(
                 status="startup",
-                reason=f"the sandbox worker failed to start ({_signal_name(code)}): {output[-1500:]}",
+                reason=(
+                    f"the sandbox worker failed to start ({_signal_name(code)}): {output[-1500:]}"
+                ),
                 output=output,
                 workdir=self.tmpdir,
                 pid=self.pid,
@@ -440,7 +456,10 @@ class WorkerProcess:
         timings["import"] = float(self.ready_info.get("import_s", 0.0))
 
         result = RunResult(
-            status="died", ready_info=dict(self.ready_info), timings=timings, workdir=self.tmpdir,
+            status="died",
+            ready_info=dict(self.ready_info),
+            timings=timings,
+            workdir=self.tmpdir,
             pid=self.pid,
         )
         stage = job.get("first_stage", "probes")
@@ -533,7 +552,10 @@ class WorkerProcess:
                     "(stdout/stderr are captured and limited)"
                 )
         lowered = output.lower()
-        if any(k in lowered for k in ("bad_alloc", "out of memory", "resource_exhausted", "memoryerror")):
+        if any(
+            k in lowered
+            for k in ("bad_alloc", "out of memory", "resource_exhausted", "memoryerror")
+        ):
             return (
                 f"the evaluator process ran out of memory (limit {limits.memory_mb} MB) and died "
                 f"({name}) in stage {stage}"
@@ -590,7 +612,11 @@ class WorkerPool:
     """Keeps `spares` pre-warmed workers; hands each job a fresh one and starts its replacement."""
 
     def __init__(
-        self, limits: SandboxLimits, spares: int = 1, python: str | None = None, role: str = "trainer"
+        self,
+        limits: SandboxLimits,
+        spares: int = 1,
+        python: str | None = None,
+        role: str = "trainer",
     ):
         self.limits = limits
         self.role = role

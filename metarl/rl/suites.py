@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from metarl.evaluators.configs import PPOConfig, default_config
+from metarl.rl.configs import PPOConfig, default_config
 
 
 class UnknownSuite(KeyError):
@@ -60,7 +60,12 @@ SUITES: dict[str, Suite] = {
         ),
         Suite(
             "minatar",
-            envs=("Breakout-MinAtar", "Asterix-MinAtar", "Freeway-MinAtar", "SpaceInvaders-MinAtar"),
+            envs=(
+                "Breakout-MinAtar",
+                "Asterix-MinAtar",
+                "Freeway-MinAtar",
+                "SpaceInvaders-MinAtar",
+            ),
             total_timesteps=10_000_000,
             short_budget=1_000_000,
             heldout=(),

@@ -37,60 +37,180 @@ import re
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from metarl.tasks.vocabulary import ALLOWED_MODULES, BUILTINS, PROVIDED_MODULES
+
 MAX_SOURCE_BYTES = 20_000
 MAX_AST_NODES = 5_000
 
-ALLOWED_MODULES = ("jax", "jax.numpy", "jax.nn", "jax.lax", "math")
+# The vocabulary (metarl/tasks/vocabulary.py), plus print: its output is captured and truncated.
+ALLOWED_BUILTINS = frozenset(BUILTINS) | {"print"}
 
-# Names the candidate namespace provides without an import.
-PROVIDED_MODULES = {"jax": "jax", "jnp": "jax.numpy", "lax": "jax.lax", "nn": "jax.nn", "math": "math"}
-
-# Builtins the sandbox offers (metarl.tasks.candidate.SAFE_BUILTINS, plus print, whose output
-# is captured and truncated by the sandbox).
-ALLOWED_BUILTINS = frozenset({
-    "abs", "all", "any", "bool", "dict", "enumerate", "float", "int", "isinstance", "len",
-    "list", "max", "min", "pow", "range", "reversed", "round", "slice", "sorted", "sum",
-    "tuple", "zip", "True", "False", "None", "ValueError", "TypeError", "ArithmeticError",
-    "print",
-})
-
-BANNED_NAMES = frozenset({
-    "exec", "eval", "compile", "open", "globals", "locals", "vars", "getattr", "setattr",
-    "delattr", "hasattr", "__import__", "input", "breakpoint", "help", "dir", "type", "object",
-    "super", "memoryview", "classmethod", "staticmethod", "property", "exit", "quit", "id",
-    "iter", "next", "format", "callable", "issubclass", "bytearray", "bytes", "frozenset",
-    "copyright", "credits", "license", "__builtins__", "__loader__", "__spec__",
-})
+BANNED_NAMES = frozenset(
+    {
+        "exec",
+        "eval",
+        "compile",
+        "open",
+        "globals",
+        "locals",
+        "vars",
+        "getattr",
+        "setattr",
+        "delattr",
+        "hasattr",
+        "__import__",
+        "input",
+        "breakpoint",
+        "help",
+        "dir",
+        "type",
+        "object",
+        "super",
+        "memoryview",
+        "classmethod",
+        "staticmethod",
+        "property",
+        "exit",
+        "quit",
+        "id",
+        "iter",
+        "next",
+        "format",
+        "callable",
+        "issubclass",
+        "bytearray",
+        "bytes",
+        "frozenset",
+        "copyright",
+        "credits",
+        "license",
+        "__builtins__",
+        "__loader__",
+        "__spec__",
+    }
+)
 
 # Attribute names that are refused on any object: file I/O, host callbacks, global configuration,
 # interpreter internals (frames, code objects), string formatting that can reach attributes.
-BANNED_ATTRIBUTES = frozenset({
-    # numpy-style file I/O exposed by jax.numpy and arrays
-    "load", "loads", "save", "savez", "savez_compressed", "savetxt", "loadtxt", "genfromtxt",
-    "fromfile", "tofile", "frombuffer", "fromregex", "memmap", "dump", "dumps",
-    "from_dlpack", "dlpack", "set_printoptions", "printoptions",
-    # host callbacks run arbitrary Python from inside jit
-    "callback", "pure_callback", "io_callback", "debug_callback", "host_callback",
-    "inspect_array_sharding", "visualize_array_sharding", "breakpoint",
-    # global state of jax / XLA, the profiler, distributed setup, internals
-    "config", "profiler", "distributed", "experimental", "monitoring", "ffi", "export",
-    "extend", "interpreters", "lib", "core", "api_util", "clear_caches", "live_arrays",
-    "device_put", "device_get", "make_array_from_callback", "effects_barrier", "enable_x64",
-    "disable_jit", "print_environment_info", "compilation_cache",
-    # interpreter internals reachable without dunders
-    "gi_frame", "gi_code", "gi_yieldfrom", "cr_frame", "cr_code", "cr_await", "ag_frame",
-    "ag_code", "f_back", "f_globals", "f_locals", "f_builtins", "f_code", "tb_frame", "tb_next",
-    "co_code", "co_consts", "co_names", "func_globals", "func_code", "mro", "format",
-    "format_map", "system", "popen", "environ", "getenv", "modules",
-})
+BANNED_ATTRIBUTES = frozenset(
+    {
+        # numpy-style file I/O exposed by jax.numpy and arrays
+        "load",
+        "loads",
+        "save",
+        "savez",
+        "savez_compressed",
+        "savetxt",
+        "loadtxt",
+        "genfromtxt",
+        "fromfile",
+        "tofile",
+        "frombuffer",
+        "fromregex",
+        "memmap",
+        "dump",
+        "dumps",
+        "from_dlpack",
+        "dlpack",
+        "set_printoptions",
+        "printoptions",
+        # host callbacks run arbitrary Python from inside jit
+        "callback",
+        "pure_callback",
+        "io_callback",
+        "debug_callback",
+        "host_callback",
+        "inspect_array_sharding",
+        "visualize_array_sharding",
+        "breakpoint",
+        # global state of jax / XLA, the profiler, distributed setup, internals
+        "config",
+        "profiler",
+        "distributed",
+        "experimental",
+        "monitoring",
+        "ffi",
+        "export",
+        "extend",
+        "interpreters",
+        "lib",
+        "core",
+        "api_util",
+        "clear_caches",
+        "live_arrays",
+        "device_put",
+        "device_get",
+        "make_array_from_callback",
+        "effects_barrier",
+        "enable_x64",
+        "disable_jit",
+        "print_environment_info",
+        "compilation_cache",
+        # interpreter internals reachable without dunders
+        "gi_frame",
+        "gi_code",
+        "gi_yieldfrom",
+        "cr_frame",
+        "cr_code",
+        "cr_await",
+        "ag_frame",
+        "ag_code",
+        "f_back",
+        "f_globals",
+        "f_locals",
+        "f_builtins",
+        "f_code",
+        "tb_frame",
+        "tb_next",
+        "co_code",
+        "co_consts",
+        "co_names",
+        "func_globals",
+        "func_code",
+        "mro",
+        "format",
+        "format_map",
+        "system",
+        "popen",
+        "environ",
+        "getenv",
+        "modules",
+    }
+)
 
 # The public names of `jax` a candidate may use (jax.numpy etc. are reached through these).
-JAX_ALLOWED = frozenset({
-    "numpy", "lax", "nn", "random", "scipy", "tree", "tree_util", "vmap", "grad",
-    "value_and_grad", "jit", "jvp", "vjp", "jacfwd", "jacrev", "jacobian", "hessian",
-    "checkpoint", "remat", "custom_jvp", "custom_vjp", "eval_shape", "Array", "debug", "dtypes",
-    "ShapeDtypeStruct", "named_scope", "stop_gradient",
-})
+JAX_ALLOWED = frozenset(
+    {
+        "numpy",
+        "lax",
+        "nn",
+        "random",
+        "scipy",
+        "tree",
+        "tree_util",
+        "vmap",
+        "grad",
+        "value_and_grad",
+        "jit",
+        "jvp",
+        "vjp",
+        "jacfwd",
+        "jacrev",
+        "jacobian",
+        "hessian",
+        "checkpoint",
+        "remat",
+        "custom_jvp",
+        "custom_vjp",
+        "eval_shape",
+        "Array",
+        "debug",
+        "dtypes",
+        "ShapeDtypeStruct",
+        "named_scope",
+        "stop_gradient",
+    }
+)
 JAX_DEBUG_ALLOWED = frozenset({"print"})
 
 _FORBIDDEN_NODES = {
@@ -107,8 +227,20 @@ _FORBIDDEN_NODES = {
 }
 
 _CONSTANT_NODES = (
-    ast.Constant, ast.UnaryOp, ast.BinOp, ast.BoolOp, ast.Compare, ast.Tuple, ast.List,
-    ast.Name, ast.Attribute, ast.Load, ast.operator, ast.unaryop, ast.boolop, ast.cmpop,
+    ast.Constant,
+    ast.UnaryOp,
+    ast.BinOp,
+    ast.BoolOp,
+    ast.Compare,
+    ast.Tuple,
+    ast.List,
+    ast.Name,
+    ast.Attribute,
+    ast.Load,
+    ast.operator,
+    ast.unaryop,
+    ast.boolop,
+    ast.cmpop,
 )
 
 
@@ -128,7 +260,7 @@ class _Reject(Exception):
 
 
 def parameters_of(signature: str) -> tuple[str, list[str]]:
-    """`"drift(ratio, advantage, epsilon) -> array"` -> ("drift", ["ratio", "advantage", "epsilon"])."""
+    """`"drift(ratio, advantage, epsilon) -> array"` -> ("drift", ["ratio", "advantage", ...])."""
     match = re.match(r"\s*(\w+)\s*\(([^)]*)\)", signature)
     if not match:
         raise ValueError(f"cannot read a function signature from {signature!r}")
@@ -184,7 +316,9 @@ def _check(source: str, function_name: str, parameters: list[str], max_bytes: in
 
     nodes = list(ast.walk(tree))
     if len(nodes) > MAX_AST_NODES:
-        raise _Reject(f"the program has {len(nodes)} syntax nodes; at most {MAX_AST_NODES} are allowed")
+        raise _Reject(
+            f"the program has {len(nodes)} syntax nodes; at most {MAX_AST_NODES} are allowed"
+        )
     lines = source.splitlines()
 
     modules = dict(PROVIDED_MODULES)  # local name -> module path
@@ -192,7 +326,7 @@ def _check(source: str, function_name: str, parameters: list[str], max_bytes: in
     definitions = []
 
     # Top level: imports, function definitions, constant assignments, a docstring.
-    for index, statement in enumerate(tree.body):
+    for statement in tree.body:
         if isinstance(statement, ast.Import):
             for alias in statement.names:
                 _check_module(alias.name, statement)
@@ -210,7 +344,10 @@ def _check(source: str, function_name: str, parameters: list[str], max_bytes: in
             _check_module(module, statement)
             for alias in statement.names:
                 if alias.name == "*":
-                    raise _Reject(f"`from {module} import *` is not allowed: import names explicitly", statement)
+                    raise _Reject(
+                        f"`from {module} import *` is not allowed: import names explicitly",
+                        statement,
+                    )
                 _check_attribute_path(f"{module}.{alias.name}", alias.name, statement)
                 full = f"{module}.{alias.name}"
                 local = alias.asname or alias.name
@@ -349,7 +486,9 @@ def _assigned_names(target: ast.AST, statement: ast.AST, top_level: bool = False
     return []
 
 
-def _check_signature(definition: ast.FunctionDef, function_name: str, parameters: list[str]) -> None:
+def _check_signature(
+    definition: ast.FunctionDef, function_name: str, parameters: list[str]
+) -> None:
     args = definition.args
     got = [a.arg for a in args.posonlyargs + args.args]
     expected = f"`def {function_name}({', '.join(parameters)})`"
@@ -388,7 +527,8 @@ def _check_node(node: ast.AST, lines: list[str], modules: dict, defined: set) ->
             raise _Reject(f"decorators are not allowed (on `{node.name}`)", node)
         if node.name.startswith("_"):
             raise _Reject(
-                f"function name `{node.name}` is not allowed: names starting with `_` are off limits",
+                f"function name `{node.name}` is not allowed: names starting with `_` are off "
+                "limits",
                 node,
             )
         for default in node.args.defaults + [d for d in node.args.kw_defaults if d is not None]:
@@ -399,7 +539,10 @@ def _check_node(node: ast.AST, lines: list[str], modules: dict, defined: set) ->
                     )
 
     elif isinstance(node, ast.arg) and node.arg.startswith("_") and node.arg != "_":
-        raise _Reject(f"parameter name `{node.arg}` is not allowed: names starting with `_` are off limits", node)
+        raise _Reject(
+            f"parameter name `{node.arg}` is not allowed: names starting with `_` are off limits",
+            node,
+        )
 
     elif isinstance(node, ast.Name):
         name = node.id
@@ -417,9 +560,11 @@ def _check_node(node: ast.AST, lines: list[str], modules: dict, defined: set) ->
             )
         if isinstance(node.ctx, ast.Load) and name not in defined and name not in ALLOWED_BUILTINS:
             hint = (
-                " (numpy is not available: use jnp)" if name in ("np", "numpy") else
-                " (only jax, jnp, lax, nn and math are available)" if name in ("os", "sys", "torch", "scipy") else
-                ""
+                " (numpy is not available: use jnp)"
+                if name in ("np", "numpy")
+                else " (only jax, jnp, lax, nn and math are available)"
+                if name in ("os", "sys", "torch", "scipy")
+                else ""
             )
             raise _Reject(f"name `{name}` is not defined{hint}", node)
 

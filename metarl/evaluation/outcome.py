@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
 
-from metarl.evaluators.scoring import normalised_score
+from metarl.rl.scoring import normalised_score
 
 STAGES = ("static", "probes", "short", "full")
 
@@ -85,7 +85,9 @@ def _numbers(value, what: str, allow_none: bool = False, limit: int = 100_000) -
     return [_number(v, what, allow_none) for v in value]
 
 
-def env_score(run: dict, baseline_mean: float, random_mean: float, heldout: bool, stage: str) -> EnvScore:
+def env_score(
+    run: dict, baseline_mean: float, random_mean: float, heldout: bool, stage: str
+) -> EnvScore:
     """An EnvScore computed from a run's raw returns and the parent's reference returns.
 
     Both the trainer and the parent call this; the parent's call, on the raw data of the result
@@ -112,7 +114,9 @@ def env_score(run: dict, baseline_mean: float, random_mean: float, heldout: bool
     mean = float(np.mean(returns)) if all(map(math.isfinite, returns)) else math.nan
     normalised = normalised_score(mean, random_mean, baseline_mean)
     seeds = run.get("seeds")
-    if not isinstance(seeds, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in seeds):
+    if not isinstance(seeds, list) or not all(
+        isinstance(x, int) and not isinstance(x, bool) for x in seeds
+    ):
         raise MalformedResult("seeds is not a list of integers")
     return EnvScore(
         env=run["env"],
@@ -165,7 +169,9 @@ def parse_outcome(data: object) -> Outcome:
         stage=data["stage"],
         reason=data.get("reason"),
         warnings=list(warnings),
-        env_scores=[EnvScore(**{k: v for k, v in e.items() if k in _ENV_SCORE_FIELDS}) for e in scores],
+        env_scores=[
+            EnvScore(**{k: v for k, v in e.items() if k in _ENV_SCORE_FIELDS}) for e in scores
+        ],
         fitness=_number(data.get("fitness"), "fitness", allow_none=True),
         heldout=_number(data.get("heldout"), "heldout", allow_none=True),
         fingerprint=data.get("fingerprint"),

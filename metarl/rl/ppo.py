@@ -18,38 +18,17 @@ jit would otherwise train on and report a plausible return.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
-from metarl.evaluators.configs import PPOConfig
-from metarl.evaluators.environments import make_env
-from metarl.evaluators.networks import ActorCritic, entropy, log_prob, sample_action
-
-DriftFn = Callable[[jax.Array, jax.Array, float], jax.Array]
-Schedule = Callable[[jax.Array], jax.Array]
-OptimizerFactory = Callable[[Schedule, PPOConfig], optax.GradientTransformation]
-
-
-def ppo_clip_drift(ratio: jax.Array, advantage: jax.Array, epsilon: float) -> jax.Array:
-    """PPO's clipped objective written as a drift: ratio*A - drift = min(ratio*A, clip(ratio)*A)."""
-    return jax.nn.relu((ratio - jnp.clip(ratio, 1.0 - epsilon, 1.0 + epsilon)) * advantage)
-
-
-def adam_optimizer(learning_rate: Schedule, config: PPOConfig) -> optax.GradientTransformation:
-    return optax.adam(learning_rate, eps=config.adam_eps)
-
-
-@dataclass(frozen=True)
-class Components:
-    """The algorithm components a candidate may replace. The defaults are PPO with Adam."""
-
-    drift: DriftFn = ppo_clip_drift
-    make_optimizer: OptimizerFactory = adam_optimizer
+from metarl.rl.components import Components, Schedule
+from metarl.rl.configs import PPOConfig
+from metarl.rl.environments import make_env
+from metarl.rl.networks import ActorCritic, entropy, log_prob, sample_action
 
 
 class Transition(NamedTuple):
@@ -263,8 +242,17 @@ def make_train(config: PPOConfig, components: Components = Components()):
         in_tail = update_index >= tail_start
         tail = tail + in_tail * jnp.stack([ret_sum.sum(), ret_count.sum()])
         runner = (
-            params, opt_state, env_state, obs, tuple(episodes), first_bad, log, tail, key,
-            first_negative, lowest,
+            params,
+            opt_state,
+            env_state,
+            obs,
+            tuple(episodes),
+            first_bad,
+            log,
+            tail,
+            key,
+            first_negative,
+            lowest,
         )
         return runner, None
 

@@ -4,7 +4,7 @@
 
 Each stage passes or stops the candidate with one clear reason, written for the LLM to read:
 
-1. **static** (metarl.evaluators.static_check): parses; defines exactly the contracted function
+1. **static** (metarl.evaluation.static_check): parses; defines exactly the contracted function
    with the contracted parameters; only jax/jnp/lax/nn/math; no dunders, I/O, exec/eval, global
    state, module patching; at most 20 KB. Runs here, in the parent, and never executes code.
 2. **probes** (the task's probes.py): on fresh random inputs (a new seed per evaluation unless
@@ -28,20 +28,20 @@ Normalised score per environment = (R - R_random) / (R_baseline - R_random), whe
 over seeds of the final return, R_random the uniform random policy's return and R_baseline the
 task's baseline program (PPO clip / Adam) trained with the same config and seeds. Baselines and
 random returns are trained in trainer workers that never load a candidate, and cached on disk by
-this process (METARL_CACHE_DIR, evaluators/baseline_cache.py). NaN/inf in the loss, parameters or
+this process (METARL_CACHE_DIR, evaluation/baseline_cache.py). NaN/inf in the loss, parameters or
 optimizer state, or a negative drift on any minibatch, fails the stage, naming update and seed.
 
 **Who runs what.** This process never executes candidate code. Stage 2 runs in two sandboxed
-workers (evaluators/sandbox.py, bubblewrap): the *tracer* runs the candidate's Python, its
+workers (evaluation/sandbox.py, bubblewrap): the *tracer* runs the candidate's Python, its
 probes and `jax.export` (limit `trace_timeout_s`, 60 s: a Python or trace-time infinite loop
 stops there), and sends back an artifact; the *trainer*, which never runs candidate Python,
-verifies the artifact (evaluators/artifact.py), probes it again on inputs the tracer never saw,
+verifies the artifact (rl/artifact.py), probes it again on inputs the tracer never saw,
 fingerprints it and trains it (stages 3-4; limit scaled from the baseline's measured time for the
 same work, `train_timeout_factor` x, at least `train_timeout_floor_s`, at most `timeout_s`).
 Every message from either is validated here; the scores are recomputed here from the raw
 returns and this process's own baselines, so the verdict never depends on a number computed in a
 process that shared anything with the candidate. Candidate text (reasons, output) is cleaned
-(evaluators/text.py) before it reaches a terminal, the archive or a prompt.
+(evaluation/text.py) before it reaches a terminal, the archive or a prompt.
 """
 
 from __future__ import annotations
@@ -51,120 +51,32 @@ import math
 import secrets
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Callable
 
-from metarl.evaluators import baseline_cache
-from metarl.evaluators.configs import PPOConfig
-from metarl.evaluators.outcome import MalformedResult, Outcome, env_score, parse_outcome
-from metarl.evaluators.sandbox import (
+from metarl import platform
+from metarl.evaluation import baseline_cache
+from metarl.evaluation.outcome import MalformedResult, Outcome, env_score, parse_outcome
+from metarl.evaluation.sandbox import (
     RunResult,
-    SandboxLimits,
     WorkerPool,
     check_bubblewrap,
     limits_dict,
 )
-from metarl.evaluators.scoring import aggregate
-from metarl.evaluators.static_check import check_task_source
-from metarl.evaluators.suites import get_suite
-from metarl.evaluators.text import clean
+from metarl.evaluation.settings import CascadeSettings, PlannedRun, Reference, plan_runs, validate
+from metarl.evaluation.static_check import check_task_source
+from metarl.evaluation.text import clean
+from metarl.rl.scoring import aggregate
+from metarl.rl.training import EnvRun
+from metarl.tasks import get_task
 from metarl.tasks.candidate import source_hash
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass
-class CascadeSettings:
-    suite: str = "classic"
-    seeds: int = 4  # number of seeds; seed values 0..seeds-1 (deterministic)
-    # stop after stage 3 when the normalised score on the suite's first env is below this
-    # (0 = random policy, 1 = the task's baseline seed, same seeds and budget)
-    short_run_threshold: float = 0.25
-    total_timesteps: int | None = None  # override the suite's per-env budget (tests use tiny ones)
-    short_timesteps: int | None = None  # override the suite's short budget (capped at the full one)
-    timeout_s: float = 900.0  # the most wall clock any sandboxed stage may take
-    trace_timeout_s: float = 60.0  # the tracer: candidate Python, its probes and the export
-    train_timeout_factor: float = 10.0  # training limit: this x the baseline's time for the work
-    train_timeout_floor_s: float = 120.0  # ... but at least this (compile time varies)
-    memory_mb: int = 8192  # address-space limit and resident-memory watchdog of the worker
-    heldout: bool = True  # also score the suite's held-out envs (never used for selection)
-    skip_short: bool = False
-    probe_seed: int | None = None  # None: fresh random probe inputs for every evaluation
-    cpu_s: float | None = None  # RLIMIT_CPU of the worker; None: timeout_s * cores + 60
-    max_file_mb: int = 64  # RLIMIT_FSIZE: the most output (stdout/stderr) a candidate may write
-    # only these environments of the suite (training envs in this order, held-out envs only
-    # when listed); None: the whole suite. For benchmarks and debugging, not for selection.
-    envs: list[str] | None = None
-    # Run candidates WITHOUT bubblewrap (rlimits and a network namespace only): candidate code
-    # can then read files and the environment of this machine. Only for machines where
-    # bubblewrap cannot run, and only with candidates you trust.
-    unsafe_no_sandbox: bool = False
-
-    def limits(self) -> SandboxLimits:
-        return SandboxLimits(
-            timeout_s=self.timeout_s,
-            memory_mb=self.memory_mb,
-            cpu_s=self.cpu_s,
-            max_file_mb=self.max_file_mb,
-            unsafe_no_sandbox=self.unsafe_no_sandbox,
-        )
-
-    def job_settings(self) -> dict:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class PlannedRun:
-    """One training run of the cascade: its stage, config and whether its env is held out."""
-
-    stage: str  # "short" | "full"
-    config: PPOConfig
-    heldout: bool
-
-
-def plan_runs(settings: CascadeSettings) -> list[PlannedRun]:
-    """Every training run stages 3 and 4 make, in order (the trainer and the parent agree)."""
-    suite = get_suite(settings.suite)
-    chosen = settings.envs
-    envs = [e for e in (chosen or suite.envs) if e in suite.envs]
-    heldout = [e for e in suite.heldout if chosen is None or e in chosen] if settings.heldout else []
-    plan = []
-    if not settings.skip_short:
-        full = suite.config(envs[0], settings.total_timesteps)
-        short = settings.short_timesteps or suite.short_budget
-        plan.append(PlannedRun("short", suite.config(envs[0], min(int(short), full.total_timesteps)), False))
-    plan += [PlannedRun("full", suite.config(env, settings.total_timesteps), False) for env in envs]
-    plan += [PlannedRun("full", suite.config(env, settings.total_timesteps), True) for env in heldout]
-    return plan
-
-
 def _resolve_task(task):
-    from metarl.tasks import get_task  # tasks import the trainer; resolved at call time
 
     return get_task(task) if isinstance(task, str) else task
-
-
-def _validate(settings: CascadeSettings) -> None:
-    suite = get_suite(settings.suite)  # UnknownSuite, a KeyError with a readable message
-    if settings.envs is not None:
-        unknown = [e for e in settings.envs if e not in suite.envs + suite.heldout]
-        if unknown or not [e for e in settings.envs if e in suite.envs]:
-            raise ValueError(
-                f"envs {settings.envs} must include a training env of suite {suite.name!r} "
-                f"({', '.join(suite.envs)}) and only its envs (held-out: {', '.join(suite.heldout) or 'none'})"
-            )
-    if int(settings.seeds) < 1:
-        raise ValueError("seeds must be at least 1")
-
-
-@dataclass(frozen=True)
-class Reference:
-    """What a config's scores are normalised against, from this process's verified cache."""
-
-    baseline_mean: float
-    random_mean: float
-    seconds: float  # the baseline's compile + run time: the yardstick for training limits
-    run: dict  # the baseline's EnvRun, as a dict
 
 
 class Evaluator:
@@ -178,7 +90,7 @@ class Evaluator:
     """
 
     def __init__(self, settings: CascadeSettings, workers: int = 1, prewarm: bool = True):
-        _validate(settings)
+        validate(settings)
         if settings.unsafe_no_sandbox:
             logger.warning(
                 "unsafe_no_sandbox: candidate code runs WITHOUT bubblewrap; it can read this "
@@ -188,7 +100,7 @@ class Evaluator:
             check_bubblewrap()
         self.settings = settings
         self.workers = max(1, int(workers))
-        self.platform = baseline_cache.backend()
+        self.platform = platform.backend()
         self._slots = threading.BoundedSemaphore(self.workers)
         spares = self.workers if prewarm else 0
         self._tracers = WorkerPool(settings.limits(), spares=spares, role="tracer")
@@ -213,14 +125,16 @@ class Evaluator:
         task_obj = _resolve_task(task)
         plan = plan_runs(self.settings)
         seeds = list(range(int(self.settings.seeds)))
-        program = source_hash(task_obj.baseline().source)
+        program = source_hash(task_obj.baseline_program().source)
         with self._references_lock:
             missing = []
             for entry in plan:
                 memo = (task_obj.name, entry.config.config_hash())
                 if memo in self._references:
                     continue
-                run = baseline_cache.load(baseline_cache.baseline_key(task_obj.name, program, entry.config, seeds))
+                run = baseline_cache.load(
+                    baseline_cache.baseline_key(task_obj.name, program, entry.config, seeds)
+                )
                 random = baseline_cache.load(baseline_cache.random_key(entry.config.env_name))
                 if run is None or random is None:
                     missing.append(entry.config.config_hash())
@@ -229,7 +143,9 @@ class Evaluator:
             if missing:
                 self._train_baselines(task_obj, plan, sorted(set(missing)), program, seeds)
             return {
-                entry.config.config_hash(): self._references[(task_obj.name, entry.config.config_hash())]
+                entry.config.config_hash(): self._references[
+                    (task_obj.name, entry.config.config_hash())
+                ]
                 for entry in plan
             }
 
@@ -256,15 +172,17 @@ class Evaluator:
                 data.pop(derived, None)
             if data.get("nonfinite_update") is not None:
                 raise RuntimeError(f"the {task.name} baseline diverged on {config.env_name}")
-            baseline_cache.save(baseline_cache.baseline_key(task.name, program, config, seeds), data)
             baseline_cache.save(
-                baseline_cache.random_key(config.env_name), {"env": config.env_name, "return": random_return}
+                baseline_cache.baseline_key(task.name, program, config, seeds), data
+            )
+            baseline_cache.save(
+                baseline_cache.random_key(config.env_name),
+                {"env": config.env_name, "return": random_return},
             )
             self._references[(task.name, config.config_hash())] = _reference(data, random_return)
 
     def baseline(self, task: str) -> dict:
         """The task's baseline program on every env of the suite (cached): env -> EnvRun."""
-        from metarl.evaluators.training import EnvRun  # imports JAX: only this helper needs it
 
         references = self.references(task)
         runs = {}
@@ -299,11 +217,15 @@ class Evaluator:
         static_s = time.perf_counter() - started
         if not report.ok:
             return Outcome.failure(
-                "static", report.reason, timings={"static": static_s, "total": time.perf_counter() - started}
+                "static",
+                report.reason,
+                timings={"static": static_s, "total": time.perf_counter() - started},
             )
         if progress:
             progress("probes")
-        probe_seed = settings.probe_seed if settings.probe_seed is not None else secrets.randbelow(2**31)
+        probe_seed = (
+            settings.probe_seed if settings.probe_seed is not None else secrets.randbelow(2**31)
+        )
         with self._slots:
             traced = self._tracers.acquire().run(
                 {
@@ -365,7 +287,9 @@ class Evaluator:
             "artifact": artifact,
             "settings": settings.job_settings(),
             # the trainer probes the artifact on inputs the tracer never saw
-            "probe_seed": (probe_seed + 1) % 2**31 if settings.probe_seed is not None else secrets.randbelow(2**31),
+            "probe_seed": (probe_seed + 1) % 2**31
+            if settings.probe_seed is not None
+            else secrets.randbelow(2**31),
             "platform": self.platform,
             "references": [
                 {"config_hash": key, "baseline_mean": r.baseline_mean, "random_mean": r.random_mean}
@@ -375,7 +299,10 @@ class Evaluator:
         with self._slots:
             run = self._trainers.acquire().run(job, limit, on_event)
         sandbox.update(
-            worker_pid=run.pid, workdir=run.workdir, worker_exit=run.returncode, status=run.status,
+            worker_pid=run.pid,
+            workdir=run.workdir,
+            worker_exit=run.returncode,
+            status=run.status,
             train_limit_s=limit,
         )
         outcome = self._read_training(run, duplicate, plan, references)
@@ -402,24 +329,34 @@ class Evaluator:
                 duplicate_of=duplicate["of"],
             )
         if run.status != "ok":
-            return Outcome.failure(run.stage if run.stage in ("probes", "short", "full") else "probes",
-                                   run.reason or f"stopped ({run.status})")
+            return Outcome.failure(
+                run.stage if run.stage in ("probes", "short", "full") else "probes",
+                run.reason or f"stopped ({run.status})",
+            )
         kind, payload = run.result.get("kind"), run.result.get("payload")
         if kind != "evaluate":
             error = payload.get("error") if isinstance(payload, dict) else None
             logger.error("trainer error: %s", payload)
-            return Outcome.failure(run.stage, f"internal evaluator error in stage {run.stage}: {error}")
+            return Outcome.failure(
+                run.stage, f"internal evaluator error in stage {run.stage}: {error}"
+            )
         try:
             return verify_outcome(parse_outcome(payload), plan, references, self.settings)
         except MalformedResult as error:
             logger.error("malformed trainer result: %s", error)
-            return Outcome.failure(run.stage, f"internal evaluator error: malformed result ({error})")
+            return Outcome.failure(
+                run.stage, f"internal evaluator error: malformed result ({error})"
+            )
 
     def _finish(self, outcome, sandbox, timings, output, started, extra_timings) -> Outcome:
         outcome.reason = clean(outcome.reason, 4000)
         outcome.warnings = [clean(w, 2000) for w in outcome.warnings]
-        outcome.timings = {**extra_timings, **outcome.timings, **timings,
-                           "total": time.perf_counter() - started}
+        outcome.timings = {
+            **extra_timings,
+            **outcome.timings,
+            **timings,
+            "total": time.perf_counter() - started,
+        }
         outcome.sandbox = sandbox
         outcome.stdout = clean(output, self.settings.limits().output_chars)
         return outcome
@@ -436,7 +373,7 @@ def _reference(run: dict, random_return: float) -> Reference:
 
 
 def _read_trace(run: RunResult) -> tuple[object, list[str], str | None]:
-    """(artifact, warnings, failure reason) from the tracer; every field checked, nothing trusted."""
+    """(artifact, warnings, failure reason) from the tracer; every field checked."""
     if run.status != "ok":
         return None, [], run.reason or f"the tracer stopped ({run.status})"
     payload = run.result.get("payload")
@@ -457,7 +394,10 @@ def _read_trace(run: RunResult) -> tuple[object, list[str], str | None]:
 
 
 def verify_outcome(
-    outcome: Outcome, plan: list[PlannedRun], references: dict[str, Reference], settings: CascadeSettings
+    outcome: Outcome,
+    plan: list[PlannedRun],
+    references: dict[str, Reference],
+    settings: CascadeSettings,
 ) -> Outcome:
     """Recompute every score from the raw returns and this process's own references.
 
@@ -475,15 +415,24 @@ def verify_outcome(
         steps = entry.config.num_updates * entry.config.batch_size  # what the trainer runs
         if score.total_timesteps != steps or score.seeds != list(range(settings.seeds)):
             raise MalformedResult(f"env score {index} has the wrong budget or seeds")
-        if score.stage not in ("short", "full") or (entry.stage == "full" and score.stage != "full"):
+        if score.stage not in ("short", "full") or (
+            entry.stage == "full" and score.stage != "full"
+        ):
             raise MalformedResult(f"env score {index} has stage {score.stage!r}")
         reference = references[entry.config.config_hash()]
         raw = asdict(score)
         raw["final_returns"] = raw.pop("returns")
-        scores.append(env_score(raw, reference.baseline_mean, reference.random_mean, entry.heldout, score.stage))
+        scores.append(
+            env_score(
+                raw, reference.baseline_mean, reference.random_mean, entry.heldout, score.stage
+            )
+        )
     # the short run reused as the full run on the first env appears once, as "full"
-    expected = len(plan) - (1 if plan and plan[0].stage == "short" and len(plan) > 1
-                            and plan[1].config == plan[0].config else 0)
+    expected = len(plan) - (
+        1
+        if plan and plan[0].stage == "short" and len(plan) > 1 and plan[1].config == plan[0].config
+        else 0
+    )
     outcome.env_scores = scores
     short = [s for s in scores if s.stage == "short"] or [
         s for i, s in enumerate(scores) if plan[i].stage == "short"

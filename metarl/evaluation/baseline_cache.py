@@ -16,8 +16,6 @@ bits of the returns); they are read from package metadata, so the parent never i
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
-import importlib.util
 import json
 import math
 import os
@@ -25,10 +23,8 @@ import tempfile
 from pathlib import Path
 from typing import Sequence
 
-from metarl.evaluators.configs import PPOConfig
-
-_PACKAGES = ("metarl", "jax", "jaxlib", "gymnax", "flax", "optax")
-_CUDA_PLUGINS = ("jax_cuda12_plugin", "jax_cuda13_plugin")
+from metarl import platform
+from metarl.rl.configs import PPOConfig
 
 
 def cache_root() -> Path:
@@ -39,28 +35,13 @@ def cache_dir() -> Path:
     return cache_root() / "baselines"
 
 
-def backend() -> str:
-    """The platform the trainer compiles for: "cuda" when a CUDA plugin is installed."""
-    for name in _CUDA_PLUGINS:
-        try:
-            if importlib.util.find_spec(name) is not None:
-                return "cuda"
-        except (ImportError, ValueError):
-            continue
-    return "cpu"
-
-
 def library_versions() -> dict:
     """Everything besides the config that changes a baseline's returns."""
-    versions = {}
-    for package in _PACKAGES:
-        try:
-            versions[package] = importlib.metadata.version(package)
-        except importlib.metadata.PackageNotFoundError:
-            versions[package] = "missing"
-    versions["backend"] = backend()
-    versions["xla_flags"] = os.environ.get("XLA_FLAGS", "")
-    return versions
+    return {
+        **platform.library_versions(),
+        "backend": platform.backend(),
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+    }
 
 
 def _digest(payload: object, length: int = 24) -> str:
@@ -70,13 +51,15 @@ def _digest(payload: object, length: int = 24) -> str:
 def baseline_key(
     task_name: str, seed_source_hash: str, config: PPOConfig, seeds: Sequence[int]
 ) -> str:
-    return "baseline-" + _digest({
-        "task": task_name,
-        "seed": seed_source_hash,
-        "config": config.to_dict(),
-        "seeds": [int(s) for s in seeds],
-        "versions": library_versions(),
-    })
+    return "baseline-" + _digest(
+        {
+            "task": task_name,
+            "seed": seed_source_hash,
+            "config": config.to_dict(),
+            "seeds": [int(s) for s in seeds],
+            "versions": library_versions(),
+        }
+    )
 
 
 def random_key(env_name: str) -> str:
@@ -116,6 +99,11 @@ def _finite_numbers(data: object) -> bool:
     if not isinstance(data, dict):
         return False
     values = data.get("final_returns", [data.get("return")])
-    return isinstance(values, list) and bool(values) and all(
-        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values
+    return (
+        isinstance(values, list)
+        and bool(values)
+        and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            for v in values
+        )
     )

@@ -11,13 +11,16 @@ import math
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from typing import Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
-from metarl.evaluators.configs import PPOConfig
-from metarl.evaluators.ppo import Components, make_train
+from metarl.rl.configs import PPOConfig
+from metarl.rl.environments import make_env
+from metarl.rl.ppo import Components, make_train
 
 
 @dataclass
@@ -117,3 +120,31 @@ def run_training(config: PPOConfig, components: Components, seeds: Sequence[int]
         negative_drift_seed=negative_seed,
         min_drift=min_drift if math.isfinite(min_drift) else None,
     )
+
+
+@lru_cache(maxsize=None)
+def random_policy_return(env_name: str, episodes: int = 64, seed: int = 0) -> float:
+    """Mean episodic return of the uniform random policy, computed in JAX (cheap; memoised)."""
+    env = make_env(env_name)
+    horizon = env.max_steps or 1000
+
+    def episode(key):
+        key_reset, key_run = jax.random.split(key)
+        obs, state = env.reset(key_reset)
+
+        def step(carry, key):
+            state, total, alive = carry
+            key_action, key_step = jax.random.split(key)
+            action = jax.random.randint(key_action, (), 0, env.num_actions)
+            out = env.step(key_step, state, action)
+            total = total + alive * out.reward
+            alive = alive * (1.0 - jnp.logical_or(out.terminated, out.truncated))
+            return (out.state, total, alive), None
+
+        (_, total, _), _ = jax.lax.scan(
+            step, (state, jnp.float32(0.0), jnp.float32(1.0)), jax.random.split(key_run, horizon)
+        )
+        return total
+
+    keys = jax.random.split(jax.random.PRNGKey(seed), episodes)
+    return float(jnp.mean(jax.jit(jax.vmap(episode))(keys)))

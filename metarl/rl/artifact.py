@@ -103,7 +103,9 @@ def decode(message: object, names: set[str]) -> dict[str, bytes]:
     out = {}
     for name, text in message.items():
         if not isinstance(text, str) or len(text) > MAX_ARTIFACT_BYTES * 4 // 3 + 4:
-            raise ArtifactRejected(f"variant {name!r} is not text of at most {MAX_ARTIFACT_BYTES} bytes")
+            raise ArtifactRejected(
+                f"variant {name!r} is not text of at most {MAX_ARTIFACT_BYTES} bytes"
+            )
         try:
             out[name] = base64.b64decode(text.encode("ascii"), validate=True)
         except ValueError as error:
@@ -114,32 +116,64 @@ def decode(message: object, names: set[str]) -> dict[str, bytes]:
 # --- verification (trusted) ---------------------------------------------------------------------
 _DIALECTS = ("func.", "stablehlo.", "chlo.")
 _FORBIDDEN = {
-    "stablehlo.send", "stablehlo.recv", "stablehlo.infeed", "stablehlo.outfeed",
-    "stablehlo.after_all", "stablehlo.create_token", "stablehlo.all_reduce",
-    "stablehlo.all_gather", "stablehlo.all_to_all", "stablehlo.reduce_scatter",
-    "stablehlo.collective_permute", "stablehlo.collective_broadcast", "stablehlo.partition_id",
-    "stablehlo.replica_id", "stablehlo.composite",
+    "stablehlo.send",
+    "stablehlo.recv",
+    "stablehlo.infeed",
+    "stablehlo.outfeed",
+    "stablehlo.after_all",
+    "stablehlo.create_token",
+    "stablehlo.all_reduce",
+    "stablehlo.all_gather",
+    "stablehlo.all_to_all",
+    "stablehlo.reduce_scatter",
+    "stablehlo.collective_permute",
+    "stablehlo.collective_broadcast",
+    "stablehlo.partition_id",
+    "stablehlo.replica_id",
+    "stablehlo.composite",
 }
 _CUSTOM_CALLS = {"shape_assertion"}
 # Ops that, given an operand or result with the symbolic axis, cannot be checked to keep
 # elements apart along it: refused in that case (allowed on per-element values).
 _REFUSED_ON_AXIS = {
-    "stablehlo.slice", "stablehlo.dynamic_slice", "stablehlo.dynamic_update_slice",
-    "stablehlo.reduce_window", "stablehlo.select_and_scatter", "stablehlo.fft",
-    "stablehlo.cholesky", "stablehlo.triangular_solve", "stablehlo.map", "stablehlo.iota",
-    "stablehlo.rng", "stablehlo.rng_bit_generator", "stablehlo.batch_norm_training",
-    "stablehlo.batch_norm_inference", "stablehlo.batch_norm_grad", "stablehlo.dynamic_pad",
-    "stablehlo.dynamic_gather", "stablehlo.dynamic_conv", "stablehlo.convolution",
-    "stablehlo.dot", "stablehlo.get_tuple_element", "stablehlo.tuple",
+    "stablehlo.slice",
+    "stablehlo.dynamic_slice",
+    "stablehlo.dynamic_update_slice",
+    "stablehlo.reduce_window",
+    "stablehlo.select_and_scatter",
+    "stablehlo.fft",
+    "stablehlo.cholesky",
+    "stablehlo.triangular_solve",
+    "stablehlo.map",
+    "stablehlo.iota",
+    "stablehlo.rng",
+    "stablehlo.rng_bit_generator",
+    "stablehlo.batch_norm_training",
+    "stablehlo.batch_norm_inference",
+    "stablehlo.batch_norm_grad",
+    "stablehlo.dynamic_pad",
+    "stablehlo.dynamic_gather",
+    "stablehlo.dynamic_conv",
+    "stablehlo.convolution",
+    "stablehlo.dot",
+    "stablehlo.get_tuple_element",
+    "stablehlo.tuple",
 }
 # (op, operand index) where a value computed from the symbolic size may go: shape operands.
 _SHAPE_USES = {
-    ("stablehlo.dynamic_broadcast_in_dim", 1), ("stablehlo.dynamic_reshape", 1),
-    ("stablehlo.real_dynamic_slice", 1), ("stablehlo.real_dynamic_slice", 2),
-    ("stablehlo.real_dynamic_slice", 3), ("stablehlo.dynamic_iota", 0),
+    ("stablehlo.dynamic_broadcast_in_dim", 1),
+    ("stablehlo.dynamic_reshape", 1),
+    ("stablehlo.real_dynamic_slice", 1),
+    ("stablehlo.real_dynamic_slice", 2),
+    ("stablehlo.real_dynamic_slice", 3),
+    ("stablehlo.dynamic_iota", 0),
 }
-_SHAPE_ARITHMETIC = {"stablehlo.reshape", "stablehlo.concatenate", "stablehlo.convert",
-                     "stablehlo.compare"}
+_SHAPE_ARITHMETIC = {
+    "stablehlo.reshape",
+    "stablehlo.concatenate",
+    "stablehlo.convert",
+    "stablehlo.compare",
+}
 
 
 def _ints(attribute) -> list[int]:
@@ -209,7 +243,9 @@ class _ModuleCheck:
         for function in self.functions.values():
             block = function.regions[0].blocks[0]
             for index, argument in enumerate(block.arguments):
-                attrs = function.attributes["arg_attrs"] if "arg_attrs" in function.attributes else None
+                attrs = (
+                    function.attributes["arg_attrs"] if "arg_attrs" in function.attributes else None
+                )
                 if attrs is not None and "jax.global_constant" in str(attrs[index]):
                     self.size_values.add(argument)
         # propagate the size through calls until nothing changes
@@ -311,7 +347,11 @@ class _ModuleCheck:
             if name == "stablehlo.dynamic_broadcast_in_dim" and self.on_axis(op.results[0]):
                 if self.constant_vector(op.operands[1])[:1] != [SYMBOL]:
                     raise ArtifactRejected("a broadcast to a batch size other than the input's")
-            if name == "stablehlo.broadcast_in_dim" and self.on_axis(op.results[0]) and not operand_on_axis:
+            if (
+                name == "stablehlo.broadcast_in_dim"
+                and self.on_axis(op.results[0])
+                and not operand_on_axis
+            ):
                 raise ArtifactRejected("a static broadcast to the symbolic batch size")
         elif name in ("stablehlo.reshape", "stablehlo.dynamic_reshape"):
             result = op.results[0]
@@ -320,7 +360,9 @@ class _ModuleCheck:
                 raise ArtifactRejected("a reshape into or out of the batch axis (not elementwise)")
             if math.prod(in_shape[1:]) != math.prod(out_shape[1:]):
                 raise ArtifactRejected("a reshape that merges elements of the batch axis")
-            if name == "stablehlo.dynamic_reshape" and self.constant_vector(op.operands[1])[:1] != [SYMBOL]:
+            if name == "stablehlo.dynamic_reshape" and self.constant_vector(op.operands[1])[:1] != [
+                SYMBOL
+            ]:
                 raise ArtifactRejected("a reshape to a batch size other than the input's")
         elif name == "stablehlo.real_dynamic_slice":
             start = self.constant_vector(op.operands[1])
@@ -347,7 +389,9 @@ class _ModuleCheck:
         elif name == "stablehlo.dot_general":
             numbers = attrs["dot_dimension_numbers"]
             for side, value in (("lhs", op.operands[0]), ("rhs", op.operands[1])):
-                if self.on_axis(value) and _named_ints(numbers, f"{side}_batching_dimensions")[:1] != [0]:
+                if self.on_axis(value) and _named_ints(numbers, f"{side}_batching_dimensions")[
+                    :1
+                ] != [0]:
                     raise ArtifactRejected("a product across the batch axis (not elementwise)")
         elif name == "stablehlo.gather":
             numbers = attrs["dimension_numbers"]
@@ -417,7 +461,12 @@ def verify(exported, signature: ElementSignature, platform: str) -> None:
         if not exported.has_vjp():
             raise ArtifactRejected("the artifact has no VJP; the trainer differentiates through it")
         vjp = exported.vjp()
-        if vjp.nr_devices != 1 or vjp.ordered_effects or vjp.unordered_effects or vjp.disabled_safety_checks:
+        if (
+            vjp.nr_devices != 1
+            or vjp.ordered_effects
+            or vjp.unordered_effects
+            or vjp.disabled_safety_checks
+        ):
             raise ArtifactRejected("the artifact's VJP has side effects or disabled checks")
         _check_avals(vjp.in_avals, signature.inputs + signature.outputs, "VJP input")
         _check_avals(vjp.out_avals, signature.inputs, "VJP output")
@@ -434,7 +483,7 @@ def _elementwise(exported, in_slots: list[tuple], out_slots: list[tuple]) -> Cal
 
     @jax.custom_batching.custom_vmap
     def call(*args):
-        batch = args[0].shape[len(in_slots[0]):]
+        batch = args[0].shape[len(in_slots[0]) :]
         size = math.prod(batch)
         flat = [
             jnp.moveaxis(jnp.reshape(a, tuple(s) + (size,)), -1, 0) for a, s in zip(args, in_slots)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 from typing import Sequence
 
 import numpy as np
@@ -42,36 +41,3 @@ def aggregate(scores: Sequence[float], method: str = "mean") -> float:
     if method == "iqm":
         return interquartile_mean(finite)
     raise ValueError(f"unknown aggregate {method!r}; choose mean or iqm")
-
-
-@lru_cache(maxsize=None)
-def random_policy_return(env_name: str, episodes: int = 64, seed: int = 0) -> float:
-    """Mean episodic return of the uniform random policy, computed in JAX (cheap; memoised)."""
-    import jax
-    import jax.numpy as jnp
-
-    from metarl.evaluators.environments import make_env
-
-    env = make_env(env_name)
-    horizon = env.max_steps or 1000
-
-    def episode(key):
-        key_reset, key_run = jax.random.split(key)
-        obs, state = env.reset(key_reset)
-
-        def step(carry, key):
-            state, total, alive = carry
-            key_action, key_step = jax.random.split(key)
-            action = jax.random.randint(key_action, (), 0, env.num_actions)
-            out = env.step(key_step, state, action)
-            total = total + alive * out.reward
-            alive = alive * (1.0 - jnp.logical_or(out.terminated, out.truncated))
-            return (out.state, total, alive), None
-
-        (_, total, _), _ = jax.lax.scan(
-            step, (state, jnp.float32(0.0), jnp.float32(1.0)), jax.random.split(key_run, horizon)
-        )
-        return total
-
-    keys = jax.random.split(jax.random.PRNGKey(seed), episodes)
-    return float(jnp.mean(jax.jit(jax.vmap(episode))(keys)))

@@ -68,13 +68,22 @@ class PPOConfig:
 
 
 CLASSIC_CONTROL = dict(
-    total_timesteps=500_000, num_envs=4, num_steps=128, update_epochs=4, num_minibatches=4,
-    lr=2.5e-4, activation="tanh",
+    total_timesteps=500_000,
+    num_envs=4,
+    num_steps=128,
+    update_epochs=4,
+    num_minibatches=4,
+    lr=2.5e-4,
+    activation="tanh",
 )
 
 MINATAR = dict(
-    total_timesteps=10_000_000, num_envs=64, num_steps=128, update_epochs=4,
-    num_minibatches=8, activation="relu",
+    total_timesteps=10_000_000,
+    num_envs=64,
+    num_steps=128,
+    update_epochs=4,
+    num_minibatches=8,
+    activation="relu",
 )
 
 MINATAR_LEARNING_RATES = {
@@ -83,6 +92,7 @@ MINATAR_LEARNING_RATES = {
     "Freeway-MinAtar": 1e-3,
     "SpaceInvaders-MinAtar": 7e-3,
 }
+
 
 def default_config(env_name: str, **overrides) -> PPOConfig:
     """The tuned PPO config for `env_name`, with `overrides` applied on top."""

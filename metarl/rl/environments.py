@@ -39,7 +39,9 @@ class FlatDiscreteEnv:
         self.env, self.params = gymnax.make(name)
         action_space = self.env.action_space(self.params)
         if not hasattr(action_space, "n"):
-            raise UnknownEnvironment(f"{name} has a continuous action space; metarl's PPO is discrete")
+            raise UnknownEnvironment(
+                f"{name} has a continuous action space; metarl's PPO is discrete"
+            )
         self.num_actions = int(action_space.n)
         self.obs_size = int(jnp.prod(jnp.array(self.env.observation_space(self.params).shape)))
         self.max_steps = int(getattr(self.params, "max_steps_in_episode", 0))

@@ -1,0 +1,145 @@
+"""The one copy of every evaluation default: cascade settings, sandbox limits, the run plan.
+
+The CLI's help, the discovery config and the sandbox worker all read their defaults from here
+(the worker receives the parent's settings as a dict and rebuilds them with `CascadeSettings`),
+so a default is changed in one place.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+
+from metarl.rl.configs import PPOConfig
+from metarl.rl.suites import get_suite
+
+
+@dataclass
+class SandboxLimits:
+    """What one sandboxed worker may use; the cascade derives them from CascadeSettings."""
+
+    timeout_s: float = 900.0  # wall clock from job hand-off to result, then SIGKILL to the group
+    memory_mb: int = 8192  # RLIMIT_AS (CPU) and the parent's resident-memory watchdog
+    cpu_s: float | None = None  # RLIMIT_CPU; None = timeout_s * cores + 60
+    max_file_mb: int = 64  # RLIMIT_FSIZE: largest file (stdout included) a worker may write
+    nofile: int = 1024  # RLIMIT_NOFILE
+    output_chars: int = 8192  # captured stdout+stderr kept in Outcome.stdout
+    startup_timeout_s: float = 180.0  # spawn -> ready (imports), before any candidate code
+    memory_poll_s: float = 0.25
+    tmpfs_mb: int = 64  # everything a worker may write (its /tmp, cwd and HOME), in total
+    unsafe_no_sandbox: bool = False  # run without bubblewrap (NOT a security boundary)
+
+    def cpu_limit(self) -> int:
+        """RLIMIT_CPU in seconds: `cpu_s`, or the wall-clock limit times the cores, plus 60."""
+        if self.cpu_s is not None:
+            return int(self.cpu_s)
+        return int(self.timeout_s * (os.cpu_count() or 1) + 60)
+
+
+@dataclass
+class CascadeSettings:
+    """Everything an evaluation depends on: suite, budgets, seeds, thresholds and limits.
+
+    The limits' defaults are SandboxLimits' own; the CLI and the discovery config read their
+    defaults from here.
+    """
+
+    suite: str = "classic"
+    seeds: int = 4  # number of seeds; seed values 0..seeds-1 (deterministic)
+    # stop after stage 3 when the normalised score on the suite's first env is below this
+    # (0 = random policy, 1 = the task's baseline seed, same seeds and budget)
+    short_run_threshold: float = 0.25
+    total_timesteps: int | None = None  # override the suite's per-env budget (tests use tiny ones)
+    short_timesteps: int | None = None  # override the suite's short budget (capped at the full one)
+    timeout_s: float = SandboxLimits.timeout_s  # the most wall clock any sandboxed stage may take
+    trace_timeout_s: float = 60.0  # the tracer: candidate Python, its probes and the export
+    train_timeout_factor: float = 10.0  # training limit: this x the baseline's time for the work
+    train_timeout_floor_s: float = 120.0  # ... but at least this (compile time varies)
+    memory_mb: int = SandboxLimits.memory_mb  # address-space limit and memory watchdog
+    heldout: bool = True  # also score the suite's held-out envs (never used for selection)
+    skip_short: bool = False
+    probe_seed: int | None = None  # None: fresh random probe inputs for every evaluation
+    cpu_s: float | None = SandboxLimits.cpu_s  # RLIMIT_CPU; None: timeout_s * cores + 60
+    max_file_mb: int = SandboxLimits.max_file_mb  # RLIMIT_FSIZE: the most output a worker writes
+    # only these environments of the suite (training envs in this order, held-out envs only
+    # when listed); None: the whole suite. For benchmarks and debugging, not for selection.
+    envs: list[str] | None = None
+    # Run candidates WITHOUT bubblewrap (rlimits and a network namespace only): candidate code
+    # can then read files and the environment of this machine. Only for machines where
+    # bubblewrap cannot run, and only with candidates you trust.
+    unsafe_no_sandbox: bool = False
+
+    def limits(self) -> SandboxLimits:
+        """The sandbox limits these settings ask for."""
+        return SandboxLimits(
+            timeout_s=self.timeout_s,
+            memory_mb=self.memory_mb,
+            cpu_s=self.cpu_s,
+            max_file_mb=self.max_file_mb,
+            unsafe_no_sandbox=self.unsafe_no_sandbox,
+        )
+
+    def job_settings(self) -> dict:
+        """The settings as a JSON-ready dict (sent to the worker, which rebuilds them)."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """One training run of the cascade: its stage, config and whether its env is held out."""
+
+    stage: str  # "short" | "full"
+    config: PPOConfig
+    heldout: bool
+
+
+def plan_runs(settings: CascadeSettings) -> list[PlannedRun]:
+    """Every training run stages 3 and 4 make, in order (the trainer and the parent agree)."""
+    suite = get_suite(settings.suite)
+    chosen = settings.envs
+    envs = [e for e in (chosen or suite.envs) if e in suite.envs]
+    heldout = (
+        [e for e in suite.heldout if chosen is None or e in chosen] if settings.heldout else []
+    )
+    plan = []
+    if not settings.skip_short:
+        full = suite.config(envs[0], settings.total_timesteps)
+        short = settings.short_timesteps or suite.short_budget
+        plan.append(
+            PlannedRun("short", suite.config(envs[0], min(int(short), full.total_timesteps)), False)
+        )
+    plan += [PlannedRun("full", suite.config(env, settings.total_timesteps), False) for env in envs]
+    plan += [
+        PlannedRun("full", suite.config(env, settings.total_timesteps), True) for env in heldout
+    ]
+    return plan
+
+
+def validate(settings: CascadeSettings) -> None:
+    """Refuse settings no evaluation can run with.
+
+    Raises:
+        UnknownSuite: the suite does not exist.
+        ValueError: envs outside the suite, or fewer than one training seed.
+    """
+    suite = get_suite(settings.suite)  # UnknownSuite, a KeyError with a readable message
+    if settings.envs is not None:
+        unknown = [e for e in settings.envs if e not in suite.envs + suite.heldout]
+        if unknown or not [e for e in settings.envs if e in suite.envs]:
+            raise ValueError(
+                f"envs {settings.envs} must include a training env of suite {suite.name!r} "
+                f"({', '.join(suite.envs)}) and only its envs (held-out: "
+                f"{', '.join(suite.heldout) or 'none'})"
+            )
+    if int(settings.seeds) < 1:
+        raise ValueError("seeds must be at least 1")
+
+
+@dataclass(frozen=True)
+class Reference:
+    """What a config's scores are normalised against, from this process's verified cache."""
+
+    baseline_mean: float
+    random_mean: float
+    seconds: float  # the baseline's compile + run time: the yardstick for training limits
+    run: dict  # the baseline's EnvRun, as a dict

@@ -1,0 +1,290 @@
+"""The sandbox worker: `python -m metarl.evaluation.worker --role tracer|trainer ...`.
+
+Started by metarl.evaluation.sandbox inside bubblewrap (see there). In order:
+
+1. sets its resource limits (address space, CPU time, file size, open files, no core); outside
+   bubblewrap (the explicit opt-out only) also isolates itself from the network;
+2. imports jax and metarl and initialises XLA (pre-warming), then writes `ready` on the private
+   result pipe, and goes on importing what its role needs until a job arrives;
+3. reads exactly one job (a JSON line) from stdin, runs it, writing progress messages and one
+   final `result` message on the pipe, and exits. The parent kills its process group anyway.
+
+Two roles, never mixed in one process:
+- **tracer**: the only process that runs candidate Python. It loads the candidate, runs the
+  task's probes on it (detailed, friendly reasons for the proposer) and exports it per element
+  (rl/artifact.py). Once candidate code has run, the process is the candidate's: the
+  parent treats everything it sends (the artifact, the reason, its output) as untrusted data.
+- **trainer**: trusted code only. It verifies the artifact, probes it again on inputs the
+  tracer never saw, computes the fingerprint, and trains and scores it (stages 2-4); or trains
+  the task's baseline program for the parent's cache.
+Stage 1 (static check) ran in the parent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import sys
+import threading
+import time
+
+from metarl.platform import cuda_plugin_installed  # stdlib only: safe before the rlimits
+
+CLONE_NEWNET = 0x40000000
+_started = time.perf_counter()
+
+
+# --- isolation ----------------------------------------------------------------------------------
+def isolate_network() -> str:
+    """'netns' when this process now lives in an empty network namespace; else 'unavailable'."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.unshare(CLONE_NEWNET) == 0:
+            return "netns"
+    except (OSError, AttributeError):
+        pass
+    return "unavailable"
+
+
+def stub_sockets() -> None:
+    """Fallback when no network namespace is available: refuse Python-level sockets."""
+    import socket
+
+    def refuse(*args, **kwargs):
+        raise OSError("network access is disabled in the metarl sandbox")
+
+    class RefusingSocket(socket.socket):
+        def __init__(self, *args, **kwargs):
+            refuse()
+
+    socket.socket = RefusingSocket
+    for name in (
+        "create_connection",
+        "create_server",
+        "getaddrinfo",
+        "gethostbyname",
+        "socketpair",
+        "fromfd",
+    ):
+        if hasattr(socket, name):
+            setattr(socket, name, refuse)
+
+
+def set_limits(memory_mb: int, cpu_s: int, max_file_mb: int, nofile: int) -> dict:
+    import resource
+
+    applied = {}
+
+    def limit(name, value):
+        kind = getattr(resource, name, None)
+        if kind is None:
+            return
+        try:
+            resource.setrlimit(kind, (value, value))
+            applied[name] = value
+        except (ValueError, OSError) as error:
+            applied[name] = f"failed: {error}"
+
+    if memory_mb > 0 and not cuda_plugin_installed():
+        limit("RLIMIT_AS", memory_mb * 2**20)
+    else:
+        applied["RLIMIT_AS"] = "skipped (CUDA reserves large address space; parent watchdog only)"
+    if cpu_s > 0:
+        import resource as r
+
+        try:
+            r.setrlimit(r.RLIMIT_CPU, (cpu_s, cpu_s + 5))
+            applied["RLIMIT_CPU"] = cpu_s
+        except (ValueError, OSError) as error:
+            applied["RLIMIT_CPU"] = f"failed: {error}"
+    limit("RLIMIT_FSIZE", max_file_mb * 2**20)
+    limit("RLIMIT_NOFILE", nofile)
+    limit("RLIMIT_CORE", 0)
+    return applied
+
+
+def abandon(code: int) -> None:
+    """Exit without the parent: remove our own temp dir (the parent would have), then go."""
+    import shutil
+
+    workdir = os.getcwd()
+    if os.path.basename(workdir).startswith("metarl-sandbox-"):
+        shutil.rmtree(workdir, ignore_errors=True)
+    os._exit(code)
+
+
+def watch_parent() -> None:
+    """Exit when the parent dies (we get re-parented), so no orphan keeps training."""
+    parent = os.getppid()
+
+    def loop():
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent:
+                abandon(3)
+
+    threading.Thread(target=loop, daemon=True, name="metarl-parent-watch").start()
+
+
+# --- the result channel -------------------------------------------------------------------------
+class Channel:
+    def __init__(self, fd: int):
+        self.fd = fd
+        self.lock = threading.Lock()
+
+    def send(self, event: str, **data) -> None:
+        # lazy: nothing of metarl before the rlimits (see main); imported by then anyway
+        from metarl.evaluation.outcome import _finite_or_none
+
+        line = (json.dumps(_finite_or_none({"event": event, **data})) + "\n").encode()
+        with self.lock:
+            view = memoryview(line)
+            while view:
+                written = os.write(self.fd, view)
+                view = view[written:]
+
+
+# The training stack (gymnax pulls in matplotlib, seaborn and scipy: ~1.6 s of the ~3 s import)
+# is imported after `ready`, one module at a time, for as long as no job is waiting. A spare
+# worker that waits long enough is fully warm; a job that arrives early starts at once and
+# imports only what it uses (most failing candidates never reach training).
+PRELOAD = (
+    "optax",
+    "flax.linen",
+    "gymnax",
+    "metarl.rl.environments",
+    "metarl.rl.ppo",
+    "metarl.rl.training",
+    "metarl.rl.artifact",
+    "metarl.evaluation.stages",
+)
+
+
+def run(job: dict, report) -> dict:
+    """Run one job from the parent with the stage functions; its JSON-ready payload."""
+    # lazy: the worker imports nothing of metarl before its rlimits are set (see main)
+    from metarl.evaluation import stages
+    from metarl.evaluation.settings import CascadeSettings
+    from metarl.tasks import get_task
+
+    kind = job.get("kind")
+    if kind == "introspect":
+        return stages.introspect()
+    task = get_task(job["task"])
+    if kind == "trace":
+        return stages.trace_candidate(
+            task, job["source"], int(job.get("probe_seed", 0)), job["platform"]
+        ).to_dict()
+    settings = CascadeSettings(**job["settings"])
+    if kind == "baseline":
+        return stages.train_baselines(
+            task, settings, job["config_hashes"], job["platform"], report
+        ).to_dict()
+    references = {r["config_hash"]: r for r in job.get("references", [])}
+    return stages.evaluate_artifact(
+        task, job["artifact"], settings, references, int(job["probe_seed"]), job["platform"], report
+    ).to_dict()
+
+
+def preload_until_job() -> float:
+    import importlib
+    import select
+
+    start = time.perf_counter()
+    for module in PRELOAD:
+        waiting, _, _ = select.select([sys.stdin], [], [], 0)
+        if waiting:
+            break
+        importlib.import_module(module)
+    return time.perf_counter() - start
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m metarl.evaluation.worker")
+    parser.add_argument("--role", choices=("tracer", "trainer"), default="trainer")
+    parser.add_argument("--sandboxed", action="store_true", help="started inside bubblewrap")
+    parser.add_argument("--result-fd", type=int, required=True)
+    parser.add_argument("--memory-mb", type=int, required=True)
+    parser.add_argument("--cpu-s", type=int, required=True)
+    parser.add_argument("--max-file-mb", type=int, required=True)
+    parser.add_argument("--nofile", type=int, required=True)
+    args = parser.parse_args(argv)
+
+    # Python ignores SIGXFSZ; restore the default so that writing past RLIMIT_FSIZE (a candidate
+    # printing without end) ends the worker, which the parent reports as an output-limit failure.
+    import signal
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+    # inside bubblewrap the network namespace is already empty (and unshare is not permitted)
+    network = "netns" if args.sandboxed else isolate_network()
+    limits = set_limits(args.memory_mb, args.cpu_s, args.max_file_mb, args.nofile)
+    watch_parent()
+    channel = Channel(args.result_fd)
+
+    import_start = time.perf_counter()
+    # lazy: the imports start only now, under the rlimits set above
+    import jax
+    import jax.numpy as jnp
+
+    # lazy: as above. metarl sets XLA_FLAGS, read when the backend initialises (just below);
+    # then the task registry and probing helpers every job needs
+    import metarl  # noqa: F401
+    import metarl.tasks  # noqa: F401
+    import metarl.tasks.probing  # noqa: F401
+
+    jax.block_until_ready(jax.jit(lambda x: x + 1)(jnp.zeros(2)))  # initialise the XLA backend
+    if network != "netns":
+        stub_sockets()
+        network = "socket-stub"
+    channel.send(
+        "ready",
+        pid=os.getpid(),
+        import_s=time.perf_counter() - import_start,
+        since_start_s=time.perf_counter() - _started,
+        network=network,
+        limits=limits,
+        role=args.role,
+        isolation="bubblewrap" if args.sandboxed else "unsandboxed",
+    )
+    preload_s = preload_until_job()
+
+    line = sys.stdin.buffer.readline()
+    if not line.strip():
+        abandon(0)  # the pool was closed, or the parent died: nothing to do
+    sys.stdin.close()
+    job = json.loads(line)
+    job_start = time.perf_counter()
+
+    try:
+        kind = job.get("kind")
+        if (kind == "trace") != (args.role == "tracer") and kind != "introspect":
+            raise ValueError(f"a {args.role} does not run {kind!r} jobs")
+        payload = run(job, channel.send)
+        if kind not in ("trace", "baseline", "introspect"):
+            payload.setdefault("timings", {})["preload"] = preload_s
+            payload["timings"]["worker_job"] = time.perf_counter() - job_start
+        channel.send("result", kind=job.get("kind", "evaluate"), payload=payload, network=network)
+    except BaseException as error:  # noqa: BLE001 - an evaluator error, not the candidate's
+        import traceback
+
+        channel.send(
+            "result",
+            kind="error",
+            payload={
+                "error": f"{type(error).__name__}: {error}",
+                "traceback": traceback.format_exc()[-4000:],
+            },
+            network=network,
+        )
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,1 +1,0 @@
-"""Scoring candidates: the PPO trainer, environment suites, scores, the sandboxed cascade."""

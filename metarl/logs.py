@@ -1,0 +1,71 @@
+"""Logging: every module logs through `logging.getLogger(__name__)` under the `metarl` logger;
+a discovery run writes its records to a log file next to its archive, and `--verbose` also
+shows them on stderr.
+
+    metarl.db                     the archive
+    metarl-logs/r3.log            run r3's log (appended to on resume)
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+ROOT = "metarl"
+FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def run_log_path(archive_path: str | Path, run_id: str) -> Path:
+    """Where run `run_id` of the archive at `archive_path` writes its log."""
+    archive = Path(archive_path)
+    return archive.parent / f"{archive.stem}-logs" / f"{run_id}.log"
+
+
+@contextmanager
+def log_to_file(path: str | Path, level: int = logging.INFO) -> Iterator[Path]:
+    """Append the `metarl` logger's records to `path` while the context is open.
+
+    Args:
+        path: the log file; its directory is created.
+        level: the least severe level written.
+
+    Yields:
+        The path, as a Path.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter(FORMAT))
+    handler.setLevel(level)
+    logger = logging.getLogger(ROOT)
+    previous = logger.level
+    if logger.level == logging.NOTSET or logger.level > level:
+        logger.setLevel(level)
+    logger.addHandler(handler)
+    try:
+        yield path
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(previous)
+        handler.close()
+
+
+def log_to_stderr(verbose: bool) -> None:
+    """Show the `metarl` logger's records on stderr: INFO and up with `verbose`, else warnings.
+
+    Idempotent: calling it again replaces the handler it added before.
+    """
+    logger = logging.getLogger(ROOT)
+    for handler in list(logger.handlers):
+        if getattr(handler, "_metarl_stderr", False):
+            logger.removeHandler(handler)
+    handler = logging.StreamHandler(sys.stderr)
+    handler._metarl_stderr = True  # type: ignore[attr-defined]
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    handler.setLevel(logging.INFO if verbose else logging.WARNING)
+    logger.addHandler(handler)
+    if verbose and (logger.level == logging.NOTSET or logger.level > logging.INFO):
+        logger.setLevel(logging.INFO)

@@ -1,0 +1,97 @@
+"""The package's layers: `rl < tasks < evaluation < archives < discovery < report < cli`.
+
+A module imports only from its own layer or below, and imports metarl modules at its top. The
+few deliberate lazy imports (CLI start-up time, the sandbox worker's preload) carry a
+`# lazy:` comment on the import line or the line above it, saying why.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "metarl"
+LAYERS = ["rl", "tasks", "evaluation", "archives", "discovery", "report", "cli"]
+MODULES = sorted(PACKAGE.rglob("*.py"))
+
+
+def layer_of(module: str) -> int:
+    """The layer index of a dotted metarl module name; the package root is below everything."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return -1
+    if parts[1] not in LAYERS:
+        return -1 if parts[1] in ("settings", "platform", "logs") else len(LAYERS)
+    return LAYERS.index(parts[1])
+
+
+def module_name(path: Path) -> str:
+    relative = path.relative_to(PACKAGE.parent).with_suffix("")
+    parts = list(relative.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def metarl_imports(tree: ast.Module) -> list[tuple[ast.stmt, str, bool]]:
+    """(node, imported module, at module level) for every import of a metarl module."""
+    found = []
+
+    def visit(node: ast.AST, top: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            inside = top and not isinstance(
+                child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+            )
+            if isinstance(child, ast.Import):
+                found.extend(
+                    (child, a.name, top) for a in child.names if a.name.split(".")[0] == "metarl"
+                )
+            elif isinstance(child, ast.ImportFrom) and child.level == 0 and child.module:
+                if child.module.split(".")[0] == "metarl":
+                    found.append((child, child.module, top))
+            visit(child, inside)
+
+    visit(tree, True)
+    return found
+
+
+def lazy_comment_above(lines: list[str], lineno: int) -> bool:
+    """Whether the group of import lines holding line `lineno` carries a `# lazy:` comment."""
+    index = lineno - 1
+    while index >= 0:
+        text = lines[index].strip()
+        if "# lazy:" in text:
+            return True
+        continued = text.startswith(("import ", "from ", ")", "#")) or text.endswith(",")
+        if not continued:
+            return False
+        index -= 1
+    return False
+
+
+def test_every_module_belongs_to_a_known_layer():
+    unknown = [module_name(p) for p in MODULES if layer_of(module_name(p)) == len(LAYERS)]
+    assert not unknown, f"modules outside the layers {LAYERS}: {unknown}"
+
+
+@pytest.mark.parametrize("path", MODULES, ids=[module_name(p) for p in MODULES])
+def test_module_imports_only_its_layer_or_below_and_at_the_top(path):
+    source = path.read_text()
+    lines = source.splitlines()
+    here = module_name(path)
+    problems = []
+    for node, imported, top in metarl_imports(ast.parse(source)):
+        if layer_of(imported) > layer_of(here):
+            problems.append(
+                f"line {node.lineno}: {here} "
+                f"({LAYERS[layer_of(here)] if layer_of(here) >= 0 else 'root'}) "
+                f"imports {imported} from a higher layer"
+            )
+        if not top and not lazy_comment_above(lines, node.lineno):
+            problems.append(
+                f"line {node.lineno}: {here} imports {imported} inside a function "
+                "without a `# lazy:` comment saying why"
+            )
+    assert not problems, "\n".join(problems)

@@ -31,7 +31,9 @@ random returns are trained in trainer workers that never load a candidate, and c
 this process (METARL_CACHE_DIR, evaluation/baseline_cache.py). NaN/inf in the loss, parameters or
 optimizer state, or a negative drift on any minibatch, fails the stage, naming update and seed.
 
-**Who runs what.** This process never executes candidate code. Stage 2 runs in two sandboxed
+**Who runs what.** This process never executes candidate code. The sandboxed halves of stages
+2-4 are plain functions (evaluation/stages.py: `trace_candidate`, `evaluate_artifact`,
+`train_baselines`) that tests call in-process; here they run in disposable sandboxed
 workers (evaluation/sandbox.py, bubblewrap): the *tracer* runs the candidate's Python, its
 probes and `jax.export` (limit `trace_timeout_s`, 60 s: a Python or trace-time infinite loop
 stops there), and sends back an artifact; the *trainer*, which never runs candidate Python,
@@ -58,8 +60,8 @@ from metarl import platform
 from metarl.evaluation import baseline_cache
 from metarl.evaluation.outcome import MalformedResult, Outcome, env_score, parse_outcome
 from metarl.evaluation.sandbox import (
-    RunResult,
     WorkerPool,
+    WorkerResult,
     check_bubblewrap,
     limits_dict,
 )
@@ -320,7 +322,7 @@ class Evaluator:
         scaled = max(settings.train_timeout_floor_s, settings.train_timeout_factor * work)
         return min(settings.timeout_s, scaled)
 
-    def _read_training(self, run: RunResult, duplicate: dict, plan, references) -> Outcome:
+    def _read_training(self, run: WorkerResult, duplicate: dict, plan, references) -> Outcome:
         if run.status == "stopped" and "of" in duplicate:
             return Outcome(
                 passed=False,
@@ -372,7 +374,7 @@ def _reference(run: dict, random_return: float) -> Reference:
     )
 
 
-def _read_trace(run: RunResult) -> tuple[object, list[str], str | None]:
+def _read_trace(run: WorkerResult) -> tuple[object, list[str], str | None]:
     """(artifact, warnings, failure reason) from the tracer; every field checked."""
     if run.status != "ok":
         return None, [], run.reason or f"the tracer stopped ({run.status})"

@@ -11,7 +11,11 @@ import numpy as np
 
 from metarl.rl.scoring import normalised_score
 
-STAGES = ("static", "probes", "short", "full")
+# Every stage a candidate can stop at, in order: the proposer produced no program (`propose`),
+# it repeats an archived one (`dedup`), then the cascade's four stages.
+STAGES = ("propose", "dedup", "static", "probes", "short", "full")
+# the stages a sandboxed worker may report (the parent owns the others)
+WORKER_STAGES = ("probes", "short", "full")
 
 
 @dataclass
@@ -52,18 +56,25 @@ class Outcome:
     # how the sandbox ran it: which network isolation held, limits, probe seed, worker exit
     sandbox: dict = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        if self.stage not in STAGES:
+            raise ValueError(f"unknown stage {self.stage!r}; stages: {', '.join(STAGES)}")
+
     def to_dict(self) -> dict:
+        """The outcome as JSON-ready data (non-finite numbers become None)."""
         data = asdict(self)
         return _finite_or_none(data)
 
     @classmethod
     def from_dict(cls, data: dict) -> "Outcome":
+        """An outcome from `to_dict`'s data (trusted: the archive's own rows)."""
         data = dict(data)
         data["env_scores"] = [EnvScore(**e) for e in data.get("env_scores", [])]
         return cls(**data)
 
     @classmethod
     def failure(cls, stage: str, reason: str, **extra) -> "Outcome":
+        """A candidate stopped at `stage` for `reason`."""
         return cls(passed=False, stage=stage, reason=reason, **extra)
 
 
@@ -150,7 +161,7 @@ def parse_outcome(data: object) -> Outcome:
     unknown = set(data) - known
     if unknown:
         raise MalformedResult(f"unknown keys {sorted(unknown)[:5]}")
-    if not isinstance(data.get("passed"), bool) or data.get("stage") not in STAGES:
+    if not isinstance(data.get("passed"), bool) or data.get("stage") not in WORKER_STAGES:
         raise MalformedResult("passed/stage missing or of the wrong type")
     for key in ("reason", "fingerprint", "duplicate_of"):
         if data.get(key) is not None and not isinstance(data[key], str):

@@ -69,6 +69,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import psutil
+
 from metarl.evaluation.settings import SandboxLimits
 
 BWRAP = "bwrap"
@@ -85,7 +87,7 @@ _ENV_ALLOW = re.compile(
 
 
 @dataclass
-class RunResult:
+class WorkerResult:
     """What came back from one worker job."""
 
     status: str  # "ok" | "timeout" | "died" | "memory" | "stopped" | "startup"
@@ -227,24 +229,18 @@ def process_group_alive(pgid: int) -> bool:
     except PermissionError:
         return True
     # zombies answer kill(0) until reaped: only count live members
-    try:
-        import psutil
-
-        for proc in psutil.process_iter(["pid"]):
-            try:
-                if os.getpgid(proc.pid) == pgid and proc.status() != psutil.STATUS_ZOMBIE:
-                    return True
-            except (ProcessLookupError, psutil.Error, OSError):
-                continue
-        return False
-    except ImportError:
-        return True
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.status() != psutil.STATUS_ZOMBIE:
+                return True
+        except (ProcessLookupError, psutil.Error, OSError):
+            continue
+    return False
 
 
 def _tree_rss_mb(pid: int) -> float:
+    """Resident memory of `pid` and its descendants in MiB; 0 once the process is gone."""
     try:
-        import psutil
-
         root = psutil.Process(pid)
         total = root.memory_info().rss
         for child in root.children(recursive=True):
@@ -253,7 +249,7 @@ def _tree_rss_mb(pid: int) -> float:
             except psutil.Error:
                 pass
         return total / 2**20
-    except Exception:
+    except psutil.Error:  # the worker exited between the poll and the read
         return 0.0
 
 
@@ -428,7 +424,7 @@ class WorkerProcess:
         job: dict,
         timeout_s: float,
         on_event: Callable[[dict], bool | None] | None = None,
-    ) -> RunResult:
+    ) -> WorkerResult:
         """Hand `job` to the worker and wait for its result, at most `timeout_s` s of wall clock.
 
         `on_event(message)` sees every progress message; returning True stops the worker at once
@@ -440,7 +436,7 @@ class WorkerProcess:
             output = self.output()
             self.kill()
             code = self.proc.returncode
-            return RunResult(
+            return WorkerResult(
                 status="startup",
                 reason=(
                     f"the sandbox worker failed to start ({_signal_name(code)}): {output[-1500:]}"
@@ -455,7 +451,7 @@ class WorkerProcess:
         timings["worker_start"] = (self.ready_at or self.spawned_at) - self.spawned_at
         timings["import"] = float(self.ready_info.get("import_s", 0.0))
 
-        result = RunResult(
+        result = WorkerResult(
             status="died",
             ready_info=dict(self.ready_info),
             timings=timings,
@@ -675,7 +671,7 @@ class WorkerPool:
             worker.kill()
 
 
-def run_job(job: dict, limits: SandboxLimits, on_event=None, role: str = "trainer") -> RunResult:
+def run_job(job: dict, limits: SandboxLimits, on_event=None, role: str = "trainer") -> WorkerResult:
     """One-shot: spawn a worker, run `job`, kill it."""
     worker = WorkerProcess(limits, role=role)
     try:

@@ -41,6 +41,8 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 from jax import export as jax_export
+from jax._src.interpreters import mlir  # the context JAX's own MLIR dialects are loaded in
+from jax._src.lib.mlir import ir
 
 MAX_ARTIFACT_BYTES = 4 * 2**20  # per variant; a drift is ~8 KB, an optimizer rule ~20 KB
 SYMBOL = "n"
@@ -413,9 +415,6 @@ class _ModuleCheck:
 
 def check_module(text: str) -> None:
     """Raise ArtifactRejected unless the StableHLO module is a per-element program (see top)."""
-    from jax._src.interpreters import mlir  # the MLIR context JAX's own dialects are loaded in
-    from jax._src.lib.mlir import ir
-
     context = mlir.make_ir_context()
     try:
         module = ir.Module.parse(text, context=context)

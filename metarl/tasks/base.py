@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from metarl.rl.artifact import ElementSignature
 from metarl.rl.components import Components
+from metarl.tasks.probing import ProbeReport
 
 TASKS_ROOT = Path(__file__).resolve().parent
 
@@ -35,7 +36,7 @@ class Task:
     # plug(candidate_function) -> the trainer's Components with the candidate in its place
     plug: Callable[[Callable], Components]
     # probes(candidate_function, rng_seed) -> ProbeReport; runs only inside the sandbox
-    probes: Callable[[Callable, int], Any] | None = None
+    probes: Callable[[Callable, int], ProbeReport] | None = None
     # fingerprint_inputs() -> tuple of arrays: a fixed batch on which behaviour is hashed
     fingerprint_inputs: Callable[[], tuple] | None = None
     # How a candidate crosses from the sandboxed tracer to the trainer (rl/artifact.py):

@@ -16,6 +16,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import jax
 import numpy as np
 
 CANDIDATE_FILENAME = "<candidate>"
@@ -109,12 +110,7 @@ def call(doing: str, function: Callable, *args, expected: str = "", **kwargs):
     """Run `function(*args)`; turn any exception into a ProbeFailure with a readable reason."""
     try:
         result = function(*args, **kwargs)
-        try:
-            import jax
-
-            jax.block_until_ready(result)  # runtime errors (e.g. out of memory) surface here
-        except ImportError:
-            pass
+        jax.block_until_ready(result)  # runtime errors (e.g. out of memory) surface here
         return result
     except ProbeFailure:
         raise
@@ -151,8 +147,6 @@ def first_nonfinite(values: np.ndarray) -> int | None:
 
 def fingerprint_outputs(outputs: Any, digits: int = 4) -> str:
     """A hash of `outputs` (a pytree of arrays) rounded to `digits` significant digits."""
-    import jax
-
     parts = []
     for leaf in jax.tree.leaves(outputs):
         array = np.asarray(leaf, dtype=np.float64).ravel()
@@ -167,7 +161,6 @@ def fingerprint_outputs(outputs: Any, digits: int = 4) -> str:
 
 def fingerprint(function: Callable, inputs: tuple) -> str:
     """Evaluate `function(*inputs)` under jit (non-array inputs are static) and hash the result."""
-    import jax
 
     positions = [i for i, x in enumerate(inputs) if hasattr(x, "shape")]
 

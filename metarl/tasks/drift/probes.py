@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from typing import Callable
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from metarl.tasks.probing import (
@@ -58,8 +60,6 @@ def _at(ratio, advantage, index) -> str:
 
 
 def probes(drift: Callable, rng_seed: int) -> ProbeReport:
-    import jax
-    import jax.numpy as jnp
 
     ratio, advantage = _inputs(rng_seed)
     shape = ratio.shape
@@ -214,7 +214,6 @@ def probes(drift: Callable, rng_seed: int) -> ProbeReport:
 
 def fingerprint_inputs() -> tuple:
     """A fixed grid of (ratio, advantage) pairs; epsilon is static, as in training."""
-    import jax.numpy as jnp
 
     ratio, advantage = np.meshgrid(
         np.geomspace(0.25, 4.0, 17, dtype=np.float32), np.linspace(-2.5, 2.5, 16, dtype=np.float32)

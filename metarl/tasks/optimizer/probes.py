@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from typing import Callable
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from metarl.tasks.optimizer.plug import MOMENTUM_DECAYS, NUM_STATE_SLOTS, rule_optimizer
@@ -55,7 +57,6 @@ def _inputs(rng: np.random.Generator, shape: tuple, state_scale: float = 0.0):
 
 
 def _scalars(step: int = 3, progress: float = 0.3, lr: float = LR):
-    import jax.numpy as jnp
 
     return (
         jnp.asarray(step, jnp.int32),
@@ -77,8 +78,6 @@ def _split(out, context: str):
 
 
 def probes(rule: Callable, rng_seed: int) -> ProbeReport:
-    import jax
-    import jax.numpy as jnp
 
     rng = np.random.default_rng(rng_seed)
     jitted = jax.jit(rule)
@@ -247,7 +246,6 @@ def probes(rule: Callable, rng_seed: int) -> ProbeReport:
 
 def fingerprint_inputs() -> tuple:
     """A fixed batch (nonzero state, mid-training step) on which the rule's outputs are hashed."""
-    import jax.numpy as jnp
 
     rng = np.random.default_rng(20240611)
     grad, param, momentum, state = _inputs(rng, (48,), state_scale=0.01)

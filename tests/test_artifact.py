@@ -156,7 +156,9 @@ def test_variant_names_and_encoding_are_checked():
 
 
 def test_an_element_never_depends_on_how_many_are_computed_with_it():
-    calls = artifact.load_variants(honest(DRIFT, DRIFT.seed_program("lpo").source), SIGNATURE, "cpu")
+    calls = artifact.load_variants(
+        honest(DRIFT, DRIFT.seed_program("lpo").source), SIGNATURE, "cpu"
+    )
     drift = DRIFT.assemble(calls)
     rng = np.random.default_rng(0)
     ratio = jnp.asarray(np.exp(rng.normal(0, 0.5, (8, 96))), jnp.float32)

@@ -4,6 +4,7 @@ non-zero exit, never a traceback; and the read commands render a real archive.""
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 
 import pytest
@@ -14,6 +15,16 @@ from metarl.cli.app import app
 from metarl.evaluation.outcome import EnvScore, Outcome
 
 runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def restore_logging():
+    """The commands attach a stderr handler to the `metarl` logger; take it off afterwards."""
+    logger = logging.getLogger("metarl")
+    handlers, level = list(logger.handlers), logger.level
+    yield
+    logger.handlers[:] = handlers
+    logger.setLevel(level)
 
 
 def invoke(*args: str):
@@ -165,10 +176,53 @@ def test_read_commands_render(archive_path):
     assert result.exit_code == 0 and result.stdout.splitlines()[0].startswith("id,run_id")
 
 
+COMMANDS = ("evaluate", "discover", "resume", "leaderboard", "show", "lineage", "runs", "export")
+
+
 def test_help_has_examples():
-    for command in ("discover", "resume", "leaderboard", "show", "lineage", "runs", "export"):
+    for command in COMMANDS:
         result = invoke(command, "--help")
-        assert result.exit_code == 0 and "Example" in result.stdout, command
+        assert result.exit_code == 0 and "Examples:" in result.stdout, command
+        assert f"metarl {command} " in result.stdout.split("Examples:")[1], command
+
+
+def test_every_command_is_a_module_level_function():
+    from metarl.cli import archive, discover, evaluate
+
+    modules = {"evaluate": evaluate, "discover": discover, "resume": discover}
+    for command in COMMANDS:
+        function = getattr(modules.get(command, archive), command)
+        assert callable(function) and function.__module__.startswith("metarl.cli."), command
+        assert "Examples:" in function.__doc__, command
+
+
+def test_discover_help_shows_the_config_defaults():
+    from metarl.cli.display import fmt_duration
+    from metarl.discovery.config import DiscoverConfig
+
+    assert [fmt_duration(s) for s in (540.0, 3600.0, 90.0, None)] == ["9m", "1h", "90s", "none"]
+    result = runner.invoke(app, ["discover", "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    lines = {line.split()[1]: line for line in result.stdout.splitlines() if "│ --" in line}
+    for option, value in (
+        ("--task", DiscoverConfig.task),
+        ("--suite", DiscoverConfig.suite),
+        ("--proposer", DiscoverConfig.proposer),
+        ("--budget", DiscoverConfig.budget),
+        ("--workers", DiscoverConfig.workers),
+        ("--seeds", DiscoverConfig.seeds),
+        ("--timesteps", DiscoverConfig.timesteps),
+        ("--children", DiscoverConfig.children),
+        ("--islands", DiscoverConfig.islands),
+        ("--population", DiscoverConfig.population),
+        ("--max-time", fmt_duration(DiscoverConfig.max_time)),
+    ):
+        assert f"[default: {value}]" in lines[option], lines[option]
+    assert "[default:" not in lines["--max-cost"]  # no default: no limit
+    # the options still default to None, so that a --config file can set them
+    from metarl.cli.discover import _collect
+
+    assert _collect(None, {}).budget == DiscoverConfig.budget
 
 
 # -- user errors: one line, non-zero, no traceback ------------------------------------------------
@@ -188,6 +242,56 @@ def test_help_has_examples():
 )
 def test_missing_archive(command, tmp_path):
     assert_user_error(invoke(*command, "--archive", str(tmp_path / "nope.db")), "no archive at")
+
+
+def test_error_line_names_the_command_and_the_exit_status_tells_usage_from_failure(
+    archive_path, tmp_path
+):
+    db = str(tmp_path / "new.db")
+    cases = [
+        (["discover", "--suite", "atari", "--archive", db, "--no-live"], "discover", 2),
+        (["discover", "--budget", "x", "--archive", db], "discover", 2),
+        (["discover", "--max-time", "soon", "--archive", db], "discover", 2),
+        (["discover", "--bogus"], "discover", 2),
+        (["leaderboard", "--limit", "0", "--archive", archive_path], "leaderboard", 2),
+        (["show", "--archive", archive_path], "show", 2),  # missing argument
+        (["export", "r1", "--format", "xml", "--archive", archive_path], "export", 2),
+        (["show", "r1-99", "--archive", archive_path], "show", 1),
+        (["resume", "r9", "--archive", archive_path], "resume", 1),
+        (["runs", "--archive", str(tmp_path / "nope.db")], "runs", 1),
+        (["frobnicate"], None, 2),
+    ]
+    for args, command, code in cases:
+        result = invoke(*args)
+        assert_user_error(result)
+        prefix = f"metarl {command}: error: " if command else "metarl: error: "
+        assert result.stderr.startswith(prefix), (args, result.stderr)
+        assert result.exit_code == code, (args, result.exit_code, result.stderr)
+
+
+def test_commands_raise_user_errors_when_called_directly(archive_path):
+    from metarl.cli import archive
+    from metarl.cli.errors import USAGE, UserError
+
+    with pytest.raises(UserError) as caught:
+        archive.leaderboard(
+            run="r1", all_runs=True, task=None, suite=None, limit=5, archive=archive_path
+        )
+    assert caught.value.code == USAGE and "either --run" in caught.value.message
+
+
+def test_lineage_called_directly_prints_the_tree(archive_path, capsys):
+    from metarl.cli import archive
+
+    archive.lineage(candidate="r1-2", archive=archive_path, depth=5)
+    out = capsys.readouterr().out
+    assert out.index("r1-2") < out.index("r1-1") < out.index("r1-0")
+
+
+def test_discover_and_resume_take_verbose(archive_path):
+    for command in (["resume", "r9"], ["discover", "--resume", "r9"]):
+        result = invoke(*command, "--verbose", "--archive", archive_path)
+        assert_user_error(result, "no run 'r9'")
 
 
 def test_unknown_run_and_candidate(archive_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,16 @@ TINY = [
 @pytest.fixture(scope="module", autouse=True)
 def cache_dir(metarl_cache):
     return metarl_cache
+
+
+@pytest.fixture(autouse=True)
+def restore_logging():
+    """The commands attach a stderr handler to the `metarl` logger; take it off afterwards."""
+    logger = logging.getLogger("metarl")
+    handlers, level = list(logger.handlers), logger.level
+    yield
+    logger.handlers[:] = handlers
+    logger.setLevel(level)
 
 
 def invoke(*args: str):
@@ -114,6 +125,7 @@ def test_usage_errors_exit_2_with_one_line_and_no_traceback(args, message):
     result = invoke(*args)
     assert result.exit_code == 2
     assert result.stderr.strip().count("\n") == 0
+    assert result.stderr.startswith("metarl evaluate: error: ")
     assert message in result.stderr
     assert "Traceback" not in result.output
 
@@ -121,4 +133,24 @@ def test_usage_errors_exit_2_with_one_line_and_no_traceback(args, message):
 def test_missing_task_option_is_a_usage_error():
     result = invoke("evaluate", str(CORPUS / "import_os.py"))
     assert result.exit_code == 2
-    assert "--task" in result.output
+    assert result.stderr.strip() == "metarl evaluate: error: Missing option '--task' / '-t'."
+
+
+def test_bad_option_value_is_one_usage_line():
+    result = invoke("evaluate", str(CORPUS / "import_os.py"), "--task", "drift", "--seeds", "x")
+    assert result.exit_code == 2
+    assert result.stderr.startswith("metarl evaluate: error: Invalid value for '--seeds'")
+    assert result.stderr.strip().count("\n") == 0 and "Traceback" not in result.output
+
+
+def test_verbose_shows_info_records_on_stderr():
+    args = ["evaluate", str(CORPUS / "import_os.py"), "--task", "drift", *TINY]
+    quiet = invoke(*args)
+    loud = invoke(*args, "--verbose")
+    for result in (quiet, loud):
+        assert result.exit_code == 1 and "FAILED at stage static" in result.stdout
+    assert "INFO" not in quiet.stderr
+    info = [line for line in loud.stderr.splitlines() if line.startswith("INFO metarl.")]
+    assert any("evaluating" in line and "import_os.py" in line for line in info), loud.stderr
+    assert any("failed at stage static" in line for line in info), loud.stderr
+    assert "INFO" not in loud.stdout  # the records go to stderr, never into the output

@@ -1,13 +1,23 @@
-"""The Typer application: registers each command group's module."""
+"""The Typer application: the `metarl` group, its root options, and every command.
+
+The commands are plain functions in `evaluate`, `discover` and `archive` (importable and
+testable on their own); they are registered here, so those modules never import this one.
+Their modules import nothing heavy at the top (no jax, no archive), which keeps `metarl --help`
+fast; each command imports what it needs when it runs.
+"""
 
 from __future__ import annotations
 
 import typer
 
 import metarl
+from metarl.cli import archive, discover, evaluate
+from metarl.cli.errors import Group
+from metarl.logs import log_to_stderr
 
 app = typer.Typer(
     name="metarl",
+    cls=Group,
     help="Discover reinforcement-learning algorithm components with language models.",
     no_args_is_help=True,
     add_completion=False,
@@ -29,18 +39,17 @@ def root(
 ) -> None:
     """metarl: an evolutionary loop in which an LLM (or an offline mutation operator) writes RL
     algorithm components, each scored by training PPO agents on gymnax environments."""
+    log_to_stderr(verbose=False)  # warnings and errors; `--verbose` commands add INFO
 
 
-def _register() -> None:
-    # Each command group module exposes `register(app)`; importing them lazily keeps
-    # `metarl --help` fast (no jax import).
-    import importlib
-
-    for module in ("evaluate", "discover", "archive"):
-        importlib.import_module(f"metarl.cli.{module}").register(app)
-
-
-_register()
+app.command("evaluate")(evaluate.evaluate)
+app.command("discover", cls=discover.DiscoverCommand)(discover.discover)
+app.command("resume")(discover.resume)
+app.command("leaderboard")(archive.leaderboard)
+app.command("show")(archive.show)
+app.command("lineage")(archive.lineage)
+app.command("runs")(archive.runs)
+app.command("export")(archive.export)
 
 
 def main() -> None:

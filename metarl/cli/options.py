@@ -1,0 +1,65 @@
+"""Options and values shared by several commands: the archive, `--verbose`, durations.
+
+The defaults that belong to a run or an evaluation live in `metarl.discovery.config` and
+`metarl.evaluation.settings`; the ones here belong to the command line alone.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import typer
+
+from metarl.cli.errors import UserError
+
+DEFAULT_ARCHIVE = "metarl.db"
+ARCHIVE_ENVVAR = "METARL_ARCHIVE"
+LEADERBOARD_ROWS = 20  # `metarl leaderboard`
+RUN_LEADERBOARD_ROWS = 15  # the leaderboard printed after a discovery run
+LINEAGE_DEPTH = 30  # generations of ancestors `metarl lineage` shows
+EXPORT_FORMATS = ("json", "csv")
+UNLIMITED = ("", "none", "0", "inf", "unlimited")
+
+
+def archive_option() -> Any:
+    """The `--archive` option, the same for every command."""
+    return typer.Option(
+        DEFAULT_ARCHIVE,
+        "--archive",
+        envvar=ARCHIVE_ENVVAR,
+        help=f"The archive file (SQLite). Default ./{DEFAULT_ARCHIVE}, or ${ARCHIVE_ENVVAR}.",
+    )
+
+
+def verbose_option() -> Any:
+    """The `--verbose` option of the commands that evaluate candidates."""
+    return typer.Option(
+        False,
+        "--verbose",
+        "-v",
+        help="Show the log's INFO records on stderr (without it: warnings and errors only).",
+    )
+
+
+def archive_hint(archive_path: str) -> str:
+    """The `--archive PATH` a follow-up command needs, or "" for the default archive."""
+    return f" --archive {archive_path}" if archive_path != DEFAULT_ARCHIVE else ""
+
+
+def parse_duration(text: str | None, option: str = "--max-time") -> float | None:
+    """'600', '600s', '10m', '1.5h' -> seconds; 'none', '0', 'inf', 'unlimited' -> None.
+
+    Raises:
+        UserError: `text` is not a duration.
+    """
+    if text is None:
+        return None
+    value = str(text).strip().lower()
+    if value in UNLIMITED:
+        return None
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([smh]?)", value)
+    if not match:
+        raise UserError(f"{option}: {text!r} is not a duration (e.g. 600, 90s, 10m, 1.5h)")
+    scale = {"": 1, "s": 1, "m": 60, "h": 3600}[match.group(2)]
+    return float(match.group(1)) * scale

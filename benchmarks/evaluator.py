@@ -40,7 +40,7 @@ def cases(minatar_full: bool, breakout_steps: int):
     yield default_config("Breakout-MinAtar", total_timesteps=breakout_steps), 8
     if minatar_full:
         suite = get_suite("minatar")
-        for env in suite.envs:
+        for env in (*suite.envs, *suite.heldout):
             yield suite.config(env), 8
 
 

@@ -214,3 +214,48 @@ def test_classic_suite_scores_held_out_envs_separately():
     envs = {(s.env, s.heldout) for s in outcome.env_scores if s.stage == "full"}
     assert envs == {("CartPole-v1", False), ("Acrobot-v1", False), ("Catch-bsuite", True)}
     assert outcome.fitness is not None and outcome.heldout is not None
+
+
+# --- batches --------------------------------------------------------------------------------------
+HOG = """
+def optimizer(grad, param, momentum, state, step, progress, lr):
+    # 20,000 sequential steps per call: a moment for the probes' few elements, minutes for a
+    # network's thousands in training (the trainer hangs until its limit)
+    spin = lax.fori_loop(0, 20000, lambda i, x: jnp.sin(x) + grad, grad)
+    return -lr * grad + 0.0 * spin, state
+"""
+OVERFLOWING = """
+def optimizer(grad, param, momentum, state, step, progress, lr):
+    # fine for the probes' first steps, overflows float32 after ~60 optimizer steps
+    return -lr * grad * 10.0 ** (step - 20.0), state
+"""
+
+
+def test_a_batch_isolates_a_candidate_that_kills_its_trainer_and_scores_the_others():
+    settings = CascadeSettings(
+        **{**BASE, "train_timeout_floor_s": 20.0, "train_timeout_factor": 1.0, "memory_mb": 4096}
+    )
+    adam = get_task("optimizer").baseline_program().source
+    with Evaluator(settings, workers=1) as evaluator:
+        hog, honest, overflowing = evaluator.evaluate_batch([HOG, adam, OVERFLOWING], "optimizer")
+    assert honest.passed and honest.fitness == 1.0, honest.reason
+    assert not overflowing.passed and overflowing.stage == "short"
+    assert overflowing.reason.startswith("training produced NaN/inf at update")
+    assert not hog.passed and hog.stage == "short"
+    assert "timed out" in hog.reason or "memory" in hog.reason, hog.reason
+    # the hog was split off: it failed alone, in its own trainer
+    assert hog.sandbox["batch"] == {"size": 1, "position": 0}
+    assert honest.sandbox["batch"]["size"] == 2
+    assert all(gone(o.sandbox["worker_pid"]) for o in (hog, honest, overflowing))
+
+
+def test_a_candidates_scores_do_not_depend_on_its_batch(seed_outcomes):
+    lpo = get_task("drift").seed_program("lpo").source
+    ppo_clip = get_task("drift").seed_program("ppo_clip").source
+    with Evaluator(CascadeSettings(**BASE), workers=2) as evaluator:
+        batched = evaluator.evaluate_batch([ppo_clip, lpo], "drift")
+    for outcome, name in zip(batched, ("ppo_clip", "lpo")):
+        alone = seed_outcomes[("drift", name)]
+        assert outcome.sandbox["batch"] == {"size": 2, "position": ["ppo_clip", "lpo"].index(name)}
+        assert [s.returns for s in outcome.env_scores] == [s.returns for s in alone.env_scores]
+        assert outcome.fitness == alone.fitness

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -18,6 +19,7 @@ from metarl.evaluation.sandbox import (
     run_job,
     scrubbed_environment,
 )
+from metarl.tasks import get_task
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -201,3 +203,27 @@ def test_concurrent_evaluations_are_independent():
         outcomes[list(shapes)[0]].sandbox["worker_pid"]
         != outcomes[list(shapes)[1]].sandbox["worker_pid"]
     )
+
+
+def test_only_a_trainer_sees_the_compilation_cache(tmp_path):
+    limits = SandboxLimits(timeout_s=30, memory_mb=6000, compilation_cache=str(tmp_path / "xla"))
+    seen = {}
+    for role in ("tracer", "trainer"):
+        run = run_job({"kind": "introspect"}, limits, role=role)
+        assert run.status == "ok", run.reason
+        seen[role] = run.result["payload"]
+    assert "metarl-xla-cache" not in seen["tracer"]["root"]
+    assert "METARL_XLA_CACHE" not in seen["tracer"]["env"]
+    assert "metarl-xla-cache" in seen["trainer"]["root"]
+    assert "METARL_XLA_CACHE" in seen["trainer"]["env"]
+    assert str(tmp_path) not in json.dumps(seen)  # the host path stays outside
+
+
+def test_trainers_fill_the_compilation_cache(metarl_cache):
+    settings = CascadeSettings(**SETTINGS)
+    with Evaluator(settings, workers=1, prewarm=False) as evaluator:
+        evaluator.references("drift")  # baselines: compiled in a trainer (cached on disk)
+        outcome = evaluator.evaluate(get_task("drift").seed_program("lpo").source, "drift")
+    assert outcome.passed, outcome.reason
+    entries = [p.name for p in (metarl_cache / "xla").iterdir()]
+    assert any(name.startswith("jit_segment") for name in entries), entries

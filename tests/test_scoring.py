@@ -3,11 +3,26 @@
 import json
 import math
 
+import numpy as np
 import pytest
 
 from metarl.evaluation import baseline_cache
+from metarl.evaluation.outcome import (
+    MalformedResult,
+    Outcome,
+    aggregate_intervals,
+    env_score,
+    parse_outcome,
+)
 from metarl.rl.configs import default_config
-from metarl.rl.scoring import aggregate, interquartile_mean, normalised_score
+from metarl.rl.scoring import (
+    aggregate,
+    bootstrap_interval,
+    interquartile_mean,
+    normalised_score,
+    per_seed_normalised,
+)
+from metarl.rl.suites import get_suite, published_returns
 
 
 def test_normalised_score_arithmetic():
@@ -73,3 +88,98 @@ def test_cache_entries_round_trip_and_are_verified_on_read(tmp_path, monkeypatch
     assert baseline_cache.load("baseline-k") is None
     baseline_cache.save("random-k", {"env": "CartPole-v1", "return": float("nan")})
     assert baseline_cache.load("random-k") is None  # a score is never normalised by NaN
+
+
+def _run(env: str, returns: list[float]) -> dict:
+    seeds = list(range(len(returns)))
+    return {"env": env, "seeds": seeds, "total_timesteps": 1024, "final_returns": returns}
+
+
+def test_bootstrap_interval_contains_the_mean_narrows_with_seeds_and_is_reproducible():
+    rng = np.random.default_rng(1)
+    widths = []
+    for n in (4, 16, 64, 256):
+        values = rng.normal(1.0, 0.3, size=n)
+        low, high = bootstrap_interval([values])
+        assert low <= values.mean() <= high
+        assert bootstrap_interval([values]) == (low, high)  # fixed RNG: same numbers, same CI
+        widths.append(high - low)
+    assert widths == sorted(widths, reverse=True) and widths[-1] < widths[0] / 4
+    # no spread to estimate from one seed, or a non-finite value: no interval
+    assert bootstrap_interval([[0.7]]) is None and bootstrap_interval([]) is None
+    assert bootstrap_interval([[0.7, math.nan]]) is None
+
+
+def test_bootstrap_resamples_seeds_jointly_across_envs():
+    # two envs whose seeds are perfectly anti-correlated: seed i of both together averages to
+    # exactly 1, so the joint interval has no width; resampling envs independently would
+    good = [0.0, 2.0, 0.5, 1.5]
+    bad = [2.0, 0.0, 1.5, 0.5]
+    low, high = bootstrap_interval([good, bad])
+    assert low == pytest.approx(1.0) and high == pytest.approx(1.0)
+    low, high = bootstrap_interval([good, [1.0, 1.0, 1.0]])  # seed counts differ: independent
+    assert low < 1.0 < high
+
+
+def test_env_score_interval_is_of_the_normalised_score():
+    score = env_score(_run("CartPole-v1", [100.0, 300.0, 200.0, 250.0]), 200.0, 0.0, False, "full")
+    assert score.normalised == pytest.approx(1.0625)
+    low, high = score.normalised_ci
+    assert low < score.normalised < high
+    per_seed = per_seed_normalised(score.returns, 0.0, 200.0)
+    assert list(bootstrap_interval([per_seed])) == score.normalised_ci  # from the archive row
+    assert score.published == {}  # CartPole has no published references
+    one = env_score(_run("CartPole-v1", [100.0]), 200.0, 0.0, False, "full")
+    assert one.normalised == pytest.approx(0.5) and one.normalised_ci is None
+    flat = env_score(_run("CartPole-v1", [100.0, 300.0]), 10.0, 10.0, False, "full")
+    assert flat.normalised is None and flat.normalised_ci is None
+
+
+def test_fitness_and_heldout_intervals_from_env_scores():
+    scores = [
+        env_score(_run("CartPole-v1", [180.0, 220.0, 200.0]), 200.0, 0.0, False, "full"),
+        env_score(_run("Acrobot-v1", [-100.0, -120.0, -80.0]), -100.0, -500.0, False, "full"),
+        env_score(_run("CartPole-v1", [50.0, 60.0, 70.0]), 200.0, 0.0, False, "short"),
+        env_score(_run("Catch-bsuite", [0.5, 0.7, 0.6]), 0.6, -0.6, True, "full"),
+    ]
+    fitness = aggregate([s.normalised for s in scores[:2]])
+    fitness_ci, heldout_ci = aggregate_intervals(scores)
+    assert fitness_ci[0] < fitness < fitness_ci[1]
+    assert heldout_ci[0] < scores[3].normalised < heldout_ci[1]
+    assert aggregate_intervals(scores[:2])[1] is None  # no held-out env
+    # round trip through a worker message: the parser accepts them, and only well-formed ones
+    outcome = Outcome(True, "full", env_scores=scores, fitness=fitness, fitness_ci=fitness_ci)
+    back = parse_outcome(outcome.to_dict())
+    assert back.fitness_ci == fitness_ci and back.env_scores[0].normalised_ci is not None
+    for bad in ([1.0], [2.0, 1.0], [0.0, "1"], "x", [0.0, math.inf]):
+        with pytest.raises(MalformedResult):
+            parse_outcome({**outcome.to_dict(), "fitness_ci": bad})
+    message = outcome.to_dict()
+    message["env_scores"][0]["published"] = {"x": "high"}
+    with pytest.raises(MalformedResult):
+        parse_outcome(message)
+    # an outcome archived before intervals existed still reads
+    old = outcome.to_dict()
+    del old["fitness_ci"], old["heldout_ci"]
+    for env in old["env_scores"]:
+        del env["normalised_ci"], env["published"]
+    assert Outcome.from_dict(old).fitness_ci is None
+    assert parse_outcome(old).env_scores[0].published == {}
+
+
+def test_minatar_split_and_published_references():
+    suite = get_suite("minatar")
+    assert suite.envs == ("Breakout-MinAtar", "Freeway-MinAtar")
+    assert suite.heldout == ("Asterix-MinAtar", "SpaceInvaders-MinAtar")
+    assert set(suite.published) == {"learn-rl-algorithms", "DiscoBench"}
+    for returns in suite.published.values():
+        assert set(returns) == set(suite.envs + suite.heldout)
+    assert published_returns("Breakout-MinAtar") == {
+        "learn-rl-algorithms": 50.08,
+        "DiscoBench": 69.91,
+    }
+    assert published_returns("CartPole-v1") == {}
+    # normalised against each published return: (R - R_random) / (R_ref - R_random)
+    score = env_score(_run("Breakout-MinAtar", [45.0, 50.0]), 40.0, 1.0, False, "full")
+    assert score.published["learn-rl-algorithms"] == pytest.approx((47.5 - 1.0) / (50.08 - 1.0))
+    assert score.published["DiscoBench"] == pytest.approx((47.5 - 1.0) / (69.91 - 1.0))

@@ -20,20 +20,22 @@ from metarl.tasks import get_task
 DRIFT = get_task("drift")
 PPO_CLIP = DRIFT.seed_program("ppo_clip").source
 PLATFORM = backend()
-# the short run (2048 steps) is a separate first segment; the full run is 4096 steps
+# the short run is the first 16384 steps (a segment) of the 32768-step full run: long enough
+# for the baseline to be far above a random policy there (128 vs 24 mean return), so the
+# threshold separates learners from non-learners
 SETTINGS = CascadeSettings(
-    suite="smoke", seeds=1, total_timesteps=4096, short_timesteps=2048, probe_seed=0
+    suite="smoke", seeds=1, total_timesteps=32768, short_timesteps=16384, probe_seed=0
 )
 
 
 @pytest.fixture(scope="module")
 def references() -> dict[str, dict]:
-    """The baseline program's runs on every planned config, as evaluate_artifact wants them."""
-    wanted = [entry.config.config_hash() for entry in plan_runs(SETTINGS)]
+    """The baseline program's runs on every planned segment, as evaluate_artifact wants them."""
+    wanted = [entry.key for entry in plan_runs(SETTINGS)]
     baselines = stages.train_baselines(DRIFT, SETTINGS, wanted, PLATFORM)
-    assert sorted(run["config_hash"] for run in baselines.runs) == sorted(set(wanted))
+    assert sorted(run["key"] for run in baselines.runs) == sorted(set(wanted))
     return {
-        run["config_hash"]: {
+        run["key"]: {
             "baseline_mean": float(np.mean(run["final_returns"])),
             "random_mean": baselines.random[run["env"]],
         }
@@ -83,7 +85,7 @@ def test_the_baseline_program_scores_exactly_one_through_every_stage(ppo_clip_ar
     assert outcome.fitness == 1.0
     stage_events = [data["stage"] for event, data in events if event == "stage"]
     assert stage_events == ["probes", "short", "full"]
-    assert ("fingerprint", {"fingerprint": outcome.fingerprint}) in events
+    assert ("fingerprint", {"index": 0, "fingerprint": outcome.fingerprint}) in events
     assert {"load_artifact", "probes", "short", "full", "compile", "run"} <= set(outcome.timings)
 
 
@@ -114,3 +116,85 @@ def test_an_artifact_with_the_wrong_variants_is_refused(ppo_clip_artifact, refer
     outcome = stages.evaluate_artifact(DRIFT, renamed, SETTINGS, references, 7, PLATFORM)
     assert not outcome.passed and outcome.stage == "probes"
     assert "refused" in outcome.reason
+
+
+FROZEN = """
+def drift(ratio, advantage, epsilon):
+    # a penalty so steep the policy barely moves: about a random policy's return
+    return 1e4 * jnp.square(ratio - 1.0)
+"""
+OVERFLOWING = """
+def optimizer(grad, param, momentum, state, step, progress, lr):
+    # fine for the probes' first steps, overflows float32 after ~60 optimizer steps
+    return -lr * grad * 10.0 ** (step - 20.0), state
+"""
+
+
+def artifact_of(source: str, task=DRIFT) -> dict:
+    traced = stages.trace_candidate(task, source, probe_seed=0, platform=PLATFORM)
+    assert traced.ok, traced.reason
+    return traced.artifact
+
+
+def test_a_batch_stops_each_bad_candidate_alone_and_scores_the_others(
+    ppo_clip_artifact, references
+):
+    batch = [
+        artifact_of(FROZEN),
+        ppo_clip_artifact,
+        {"epsilon=0.2": "not base64"},
+    ]
+    events = []
+    outcomes = stages.evaluate_artifacts(
+        DRIFT,
+        batch,
+        SETTINGS,
+        references,
+        [7] * len(batch),
+        PLATFORM,
+        report=lambda event, **data: events.append((event, data)),
+    )
+    frozen, honest, garbled = outcomes
+    assert honest.passed and honest.fitness == 1.0, honest.reason
+    assert not frozen.passed and frozen.stage == "short", frozen.reason
+    assert frozen.reason.startswith("short run: normalised score")
+    assert not garbled.passed and garbled.stage == "probes" and "refused" in garbled.reason
+    # the bad ones stopped where they failed: only the honest one reached the full run
+    full = [data["index"] for event, data in events if data.get("stage") == "full"]
+    assert full == [1]
+
+
+def test_known_fingerprints_stop_a_duplicate_before_training(ppo_clip_artifact, references):
+    first = stages.evaluate_artifact(DRIFT, ppo_clip_artifact, SETTINGS, references, 7, PLATFORM)
+    (again,) = stages.evaluate_artifacts(
+        DRIFT,
+        [ppo_clip_artifact],
+        SETTINGS,
+        references,
+        [8],
+        PLATFORM,
+        known_fingerprints={first.fingerprint: "cand-1"},
+    )
+    assert not again.passed and again.duplicate_of == "cand-1"
+    assert again.reason == "behaves identically to candidate cand-1"
+    assert "compile" not in again.timings
+
+
+def test_a_nan_in_training_fails_its_candidate_alone():
+    task = get_task("optimizer")
+    wanted = [entry.key for entry in plan_runs(SETTINGS)]
+    baselines = stages.train_baselines(task, SETTINGS, wanted, PLATFORM)
+    references = {
+        run["key"]: {
+            "baseline_mean": float(np.mean(run["final_returns"])),
+            "random_mean": baselines.random[run["env"]],
+        }
+        for run in baselines.runs
+    }
+    batch = [artifact_of(OVERFLOWING, task), artifact_of(task.baseline_program().source, task)]
+    overflowing, adam = stages.evaluate_artifacts(
+        task, batch, SETTINGS, references, [7, 7], PLATFORM
+    )
+    assert not overflowing.passed and overflowing.stage == "short"
+    assert overflowing.reason.startswith("training produced NaN/inf at update")
+    assert adam.passed and adam.fitness == 1.0, adam.reason

@@ -28,6 +28,10 @@ class LeaderRow:
     suite: str
     seeds: int
     total_timesteps: int | None
+    # 95% bootstrap intervals over seeds, [low, high], of fitness, confirmed and held-out
+    fitness_ci: list[float] | None = None
+    confirmed_ci: list[float] | None = None
+    heldout_ci: list[float] | None = None
 
     @property
     def score(self) -> float:
@@ -117,9 +121,8 @@ def leaderboard(
     out = []
     for rank, row in enumerate(rows, 1):
         seeds = json.loads(row["seeds"]) if row.get("seeds") else []
-        heldout = (
-            row["confirmed_heldout"] if row["confirmed_heldout"] is not None else row["heldout"]
-        )
+        confirmed_held = row["confirmed_heldout"] is not None
+        heldout = row["confirmed_heldout"] if confirmed_held else row["heldout"]
         out.append(
             LeaderRow(
                 rank=rank,
@@ -138,10 +141,19 @@ def leaderboard(
                 suite=row["suite"] or "",
                 seeds=len(seeds),
                 total_timesteps=row["total_timesteps"],
+                fitness_ci=_interval(row, "fitness"),
+                confirmed_ci=_interval(row, "confirmed_fitness"),
+                heldout_ci=_interval(row, "confirmed_heldout" if confirmed_held else "heldout"),
             )
         )
     mixed = len({(r.task, r.suite) for r in out}) > 1
     return Leaderboard(rows=out, envs=envs, title=title, mixed=mixed)
+
+
+def _interval(row: dict, score: str) -> list[float] | None:
+    """[low, high] from a row's `{score}_low`/`{score}_high` columns; None when not recorded."""
+    low, high = row.get(f"{score}_low"), row.get(f"{score}_high")
+    return [low, high] if low is not None and high is not None else None
 
 
 def lineage(archive: Archive, candidate_id: str, max_depth: int = 50) -> dict:
@@ -207,9 +219,17 @@ CSV_COLUMNS = [
     "stage",
     "reason",
     "fitness",
+    "fitness_low",
+    "fitness_high",
     "confirmed_fitness",
+    "confirmed_fitness_low",
+    "confirmed_fitness_high",
     "heldout",
+    "heldout_low",
+    "heldout_high",
     "confirmed_heldout",
+    "confirmed_heldout_low",
+    "confirmed_heldout_high",
     "generation",
     "island",
     "is_seed",
@@ -262,8 +282,10 @@ def export_csv(archive: Archive, run_id: str) -> str:
             if ev["purpose"] == "selection" and ev["stage"] == "full":
                 column = f"score:{ev['env']}"
                 per_env[row["id"]][column] = ev["normalised"]
+                per_env[row["id"]][column + ":low"] = ev.get("normalised_low")
+                per_env[row["id"]][column + ":high"] = ev.get("normalised_high")
                 if column not in envs:
-                    envs.append(column)
+                    envs += [column, column + ":low", column + ":high"]
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=CSV_COLUMNS + envs, extrasaction="ignore")
     writer.writeheader()

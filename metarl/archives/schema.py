@@ -18,6 +18,11 @@ Tables (see DESIGN.md, "Archive"):
 - `calls`: one row per LLM round-trip (prompt, reply, model, tokens, cost, latency, error);
   candidates point at theirs through `prompt_id`/`reply_id`/`call_ids`.
 - `messages`: the conversation of a conversation-mode run, in order.
+
+Version 2 adds the 95% bootstrap intervals over training seeds: `candidates.fitness_low`/
+`fitness_high`, `heldout_low`/`heldout_high` and their `confirmed_*` counterparts;
+`evaluations.normalised_low`/`normalised_high` and `evaluations.published` (JSON: source label
+-> score normalised against that source's published PPO return).
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from typing import Callable
 
 from sqlite_utils import Database
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 def _v1(db: Database) -> None:
@@ -199,6 +204,33 @@ def _v1(db: Database) -> None:
         db[table].create_index(columns, unique=unique, if_not_exists=True)
 
 
+def _add_columns(db: Database, table: str, columns: dict[str, type]) -> None:
+    """Add the columns the table lacks (a re-run migration finds them already there)."""
+    existing = set(db[table].columns_dict)
+    for name, kind in columns.items():
+        if name not in existing:
+            db[table].add_column(name, kind)
+
+
+def _v2(db: Database) -> None:
+    """Bootstrap intervals over seeds, and scores against published references."""
+    _add_columns(
+        db,
+        "candidates",
+        {
+            f"{prefix}{score}_{end}": float
+            for prefix in ("", "confirmed_")
+            for score in ("fitness", "heldout")
+            for end in ("low", "high")
+        },
+    )
+    _add_columns(
+        db,
+        "evaluations",
+        {"normalised_low": float, "normalised_high": float, "published": str},
+    )
+
+
 # MIGRATIONS[i] takes an archive from version i to version i + 1. Append only; never drop.
-MIGRATIONS: list[Callable[[Database], None]] = [_v1]
+MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2]
 assert len(MIGRATIONS) == SCHEMA_VERSION

@@ -37,9 +37,21 @@ JSON_COLUMNS = {
         "warnings",
         "outcome",
     },
-    "evaluations": {"seeds", "returns", "curve_steps", "curve"},
+    "evaluations": {"seeds", "returns", "curve_steps", "curve", "published"},
     "calls": {"prompt"},
 }
+
+
+# what re-evaluating a candidate on more seeds adds to its row; copied along with a cached one
+CONFIRMATION_COLUMNS = (
+    "confirmed_fitness",
+    "confirmed_fitness_low",
+    "confirmed_fitness_high",
+    "confirmed_heldout",
+    "confirmed_heldout_low",
+    "confirmed_heldout_high",
+    "confirmed_seeds",
+)
 
 
 class ArchiveError(Exception):
@@ -329,10 +341,7 @@ class Archive:
             if run_update:
                 run_update = dict(run_update)
                 if "candidates_count" in run_update:  # counted inside the transaction
-                    run_update["candidates_count"] = self.query(
-                        "SELECT count(*) AS n FROM candidates WHERE run_id = ? AND is_seed = 0",
-                        (row["run_id"],),
-                    )[0]["n"]
+                    run_update["candidates_count"] = self.child_count(row["run_id"])
                 self.update_run(row["run_id"], **run_update)
 
     def record_confirmation(
@@ -356,11 +365,63 @@ class Archive:
                         "confirmed_fitness": outcome.fitness if outcome.passed else None,
                         "confirmed_heldout": outcome.heldout if outcome.passed else None,
                         "confirmed_seeds": seeds,
+                        **interval_columns(outcome, "confirmed_"),
                     },
                 ),
             )
             if run_update and run_id:
                 self.update_run(run_id, **run_update)
+
+    def copy_confirmation(self, candidate_id: str, confirmation: dict) -> None:
+        """Give a candidate the confirmation (CONFIRMATION_COLUMNS) of the same program found
+        elsewhere in the archive, as `find_confirmation` or a decoded candidate row holds it.
+        Joins the caller's transaction when there is one."""
+        fields = {column: confirmation.get(column) for column in CONFIRMATION_COLUMNS}
+        if not isinstance(fields["confirmed_seeds"], str):
+            fields["confirmed_seeds"] = json.dumps(fields["confirmed_seeds"])
+        with self.transaction() as db:
+            db["candidates"].update(candidate_id, fields)
+
+    def find_confirmation(self, source_hash: str, eval_key: str) -> dict | None:
+        """The confirmation (CONFIRMATION_COLUMNS, as stored) of the same program evaluated under
+        the same settings anywhere in this archive; None when it was never confirmed."""
+        rows = self.query(
+            f"SELECT {', '.join(CONFIRMATION_COLUMNS)} FROM candidates "
+            "WHERE hash = ? AND eval_key = ? AND confirmed_seeds IS NOT NULL LIMIT 1",
+            (source_hash, eval_key),
+        )
+        return rows[0] if rows else None
+
+    def child_count(self, run_id: str) -> int:
+        """How many candidates run `run_id` has archived, seed programs not counted (what its
+        candidate budget counts)."""
+        return self.query(
+            "SELECT count(*) AS n FROM candidates WHERE run_id = ? AND is_seed = 0", (run_id,)
+        )[0]["n"]
+
+    def run_fingerprints(self, run_id: str) -> dict[str, str]:
+        """Behaviour fingerprint -> the first candidate (by seq) of run `run_id` that has it,
+        duplicates excluded: what the cascade compares a new candidate's behaviour with."""
+        rows = self.query(
+            "SELECT id, fingerprint FROM candidates WHERE run_id = ? AND fingerprint IS NOT NULL "
+            "AND status != 'duplicate' ORDER BY seq",
+            (run_id,),
+        )
+        out: dict[str, str] = {}
+        for row in rows:
+            out.setdefault(row["fingerprint"], row["id"])
+        return out
+
+    def run_source_hashes(self, run_id: str) -> dict[str, str]:
+        """Normalised-source hash -> the first candidate (by seq) of run `run_id` with that
+        program: what a new proposal is deduplicated against."""
+        rows = self.query(
+            "SELECT id, hash FROM candidates WHERE run_id = ? ORDER BY seq", (run_id,)
+        )
+        out: dict[str, str] = {}
+        for row in rows:
+            out.setdefault(row["hash"], row["id"])
+        return out
 
     def candidate(self, candidate_id: str) -> dict:
         rows = self.query("SELECT * FROM candidates WHERE id = ?", (candidate_id,))
@@ -450,6 +511,17 @@ def _sum(values) -> float | None:
     return sum(known) if known else None
 
 
+def interval_columns(outcome: Outcome, prefix: str = "") -> dict:
+    """The fitness and held-out intervals as `{prefix}fitness_low` ... columns (None when the
+    outcome did not pass or has no interval)."""
+    columns = {}
+    for score, interval in (("fitness", outcome.fitness_ci), ("heldout", outcome.heldout_ci)):
+        low, high = interval if outcome.passed and interval else (None, None)
+        columns[f"{prefix}{score}_low"] = low
+        columns[f"{prefix}{score}_high"] = high
+    return columns
+
+
 def outcome_columns(outcome: Outcome) -> dict:
     data = outcome.to_dict()
     for env in data.get("env_scores", []):
@@ -474,6 +546,7 @@ def outcome_columns(outcome: Outcome) -> dict:
         "reason": outcome.reason,
         "fitness": outcome.fitness if outcome.passed else None,
         "heldout": outcome.heldout if outcome.passed else None,
+        **interval_columns(outcome),
         "fingerprint": outcome.fingerprint,
         "duplicate_of": outcome.duplicate_of,
         "timings": timings,
@@ -504,6 +577,9 @@ def evaluation_rows(
                 "mean": env.mean,
                 "std": env.std,
                 "normalised": env.normalised,
+                "normalised_low": env.normalised_ci[0] if env.normalised_ci else None,
+                "normalised_high": env.normalised_ci[1] if env.normalised_ci else None,
+                "published": env.published or None,
                 "baseline_mean": env.baseline_mean,
                 "random_mean": env.random_mean,
                 "curve_steps": steps,

@@ -283,27 +283,15 @@ def _resume_config(archive_path: str, run_id: str, overrides: dict, fixed: dict)
 
 
 def _build_proposer(config):
-    if config.proposer == "mutation":
-        # lazy: the proposers import jax; `metarl --help` and the archive commands stay fast
-        from metarl.discovery.proposers.mutation import MutationProposer
+    """The run's proposer, from the registry of proposer kinds; a bad option is a UserError."""
+    # lazy: building a proposer imports jax or litellm; `metarl --help` and the archive commands
+    # stay fast
+    from metarl.discovery.proposers import ProposerUnavailable, make_proposer
 
-        return MutationProposer()
     try:
-        # lazy: the LLM proposer imports litellm, and only `--proposer llm` needs it
-        from metarl.discovery.proposers.llm import build_llm_proposer
-    except ImportError as error:
-        raise UserError(f"the LLM proposer is unavailable: {error}", FAILURE) from None
-    options = {
-        "models": list(config.models),
-        "api_base": config.api_base,
-        "mode": config.mode,
-        "timeout_s": config.llm_timeout,
-        "max_concurrency": config.max_concurrency,
-        "temperature": config.temperature,
-        "seed": config.seed,
-    }
-    try:
-        return build_llm_proposer({k: v for k, v in options.items() if v is not None})
+        return make_proposer(config.proposer, config)
+    except ProposerUnavailable as error:
+        raise UserError(str(error), FAILURE) from None
     except ValueError as error:  # LLMConfigError: a bad --model, --mode, ... value
         raise UserError(str(error)) from None
 

@@ -73,6 +73,20 @@ def fmt_compact(value, digits: int = 3) -> str:
     return f"{value:.{digits}g}" if abs(value) >= 1000 else f"{value:.{digits}f}"
 
 
+def fmt_interval(value, interval, digits: int = 3, number: Callable = fmt) -> str:
+    """A score and its 95% bootstrap interval over seeds: "0.93 [0.81, 1.02]" (digits=2); the
+    score alone when there is no interval (one seed, or archived before intervals)."""
+    if value is None or not interval:
+        return number(value, digits)
+    low, high = interval
+    return f"{number(value, digits)} [{number(low, digits)}, {number(high, digits)}]"
+
+
+def fmt_published(published: dict | None, digits: int = 2) -> str:
+    """Scores normalised against published PPO returns, labelled: "DiscoBench 0.71 · ..."."""
+    return " · ".join(f"{label} {fmt(value, digits)}" for label, value in (published or {}).items())
+
+
 def fmt_seconds(seconds: float | None) -> str:
     """12s, 4m05s, 1h30m; "—" for None."""
     if seconds is None:
@@ -153,9 +167,9 @@ def leaderboard_table(board, *, show_run: bool = False) -> Table:
     table.add_column("name", no_wrap=True, min_width=min(20, max(map(len, names))))
     for env in board.envs:
         table.add_column(env, justify="right", no_wrap=True)
-    table.add_column("fitness", justify="right")
-    table.add_column("confirmed", justify="right")
-    table.add_column("held-out", justify="right")
+    table.add_column("fitness", justify="right", no_wrap=True)
+    table.add_column("confirmed", justify="right", no_wrap=True)
+    table.add_column("held-out", justify="right", no_wrap=True)
     table.add_column("gen", justify="right")
     table.add_column("proposer", overflow="ellipsis")
     for row in board.rows:
@@ -167,14 +181,20 @@ def leaderboard_table(board, *, show_run: bool = False) -> Table:
         cells.append(Text(row.name or "—", style="cyan" if row.is_seed else "bold"))
         cells += [fmt(row.env_scores.get(env)) for env in board.envs]
         cells += [
-            fmt(row.fitness),
-            fmt(row.confirmed),
-            fmt(row.heldout),
+            fmt_interval(row.fitness, row.fitness_ci, 2),
+            fmt_interval(row.confirmed, row.confirmed_ci, 2),
+            fmt_interval(row.heldout, row.heldout_ci, 2),
             str(row.generation),
             row.proposer or "—",
         ]
         table.add_row(*_plain(*cells))
     return table
+
+
+def _row_interval(row: dict, score: str) -> list | None:
+    """[low, high] from an archived row's `{score}_low`/`{score}_high`; None when absent."""
+    low, high = row.get(f"{score}_low"), row.get(f"{score}_high")
+    return [low, high] if low is not None and high is not None else None
 
 
 def _candidate_header(cid: str, row: dict, children: list[str]) -> _Grid:
@@ -184,18 +204,19 @@ def _candidate_header(cid: str, row: dict, children: list[str]) -> _Grid:
     header.add_row("fate", fate_text(row))
     header.add_row(
         "fitness",
-        f"{fmt(row['fitness'])} on seeds {row['seeds']}"
+        f"{fmt_interval(row['fitness'], _row_interval(row, 'fitness'))} on seeds {row['seeds']}"
         + (
-            f" · confirmed {fmt(row['confirmed_fitness'])} on "
+            " · confirmed "
+            f"{fmt_interval(row['confirmed_fitness'], _row_interval(row, 'confirmed_fitness'))} on "
             f"{len(row['confirmed_seeds'] or [])} seeds"
             if row.get("confirmed_seeds")
             else ""
         ),
     )
-    header.add_row(
-        "held-out",
-        fmt(row["confirmed_heldout"] if row["confirmed_heldout"] is not None else row["heldout"]),
-    )
+    held = "confirmed_heldout" if row["confirmed_heldout"] is not None else "heldout"
+    header.add_row("held-out", fmt_interval(row[held], _row_interval(row, held)))
+    if any(_row_interval(row, s) for s in ("fitness", "confirmed_fitness", held)):
+        header.add_row("", "[low, high]: 95% bootstrap interval over the training seeds")
     origin = (
         "seed program"
         if row["is_seed"]
@@ -231,7 +252,11 @@ def _candidate_header(cid: str, row: dict, children: list[str]) -> _Grid:
 
 
 def _evaluations_table(evaluations: list[dict]) -> Table:
-    table = Table(title="evaluations", title_justify="left", header_style="bold")
+    table = Table(
+        title="evaluations (normalised [95% bootstrap interval over seeds])",
+        title_justify="left",
+        header_style="bold",
+    )
     for column in (
         "purpose",
         "env",
@@ -246,7 +271,9 @@ def _evaluations_table(evaluations: list[dict]) -> Table:
         "run",
     ):
         table.add_column(
-            column, justify="left" if column in ("purpose", "env", "stage") else "right"
+            column,
+            justify="left" if column in ("purpose", "env", "stage") else "right",
+            no_wrap=column in ("purpose", "env", "return", "normalised"),
         )
     for ev in evaluations:
         env = ev["env"] + (" (held-out)" if ev["heldout"] else "")
@@ -258,13 +285,35 @@ def _evaluations_table(evaluations: list[dict]) -> Table:
                 str(len(ev["seeds"] or [])),
                 str(ev["total_timesteps"]),
                 f"{fmt(ev['mean'], 1)} ± {fmt(ev['std'], 1)}",
-                fmt(ev["normalised"]),
+                fmt_interval(ev["normalised"], _row_interval(ev, "normalised"), 2)
+                if _row_interval(ev, "normalised")
+                else fmt(ev["normalised"]),
                 fmt(ev["baseline_mean"], 1),
                 fmt(ev["random_mean"], 1),
                 fmt_seconds(ev["compile_s"]),
                 fmt_seconds(ev["run_s"]),
             )
         )
+    return table
+
+
+def _published_table(evaluations: list[dict]) -> Table | None:
+    """Scores against published PPO returns (MinAtar), one column per source; None if none."""
+    shown = [ev for ev in evaluations if ev.get("published")]
+    if not shown:
+        return None
+    labels = list(dict.fromkeys(label for ev in shown for label in ev["published"]))
+    table = Table(
+        title="vs published PPO: (return - random) / (published return - random)",
+        title_justify="left",
+        header_style="bold",
+    )
+    for column in ("purpose", "env", "stage", "steps", *labels):
+        table.add_column(column, justify="right" if column in labels else "left")
+    for ev in shown:
+        env = ev["env"] + (" (held-out)" if ev["heldout"] else "")
+        cells = [ev["purpose"], env, ev["stage"], str(ev["total_timesteps"])]
+        table.add_row(*_plain(*cells, *(fmt(ev["published"].get(label)) for label in labels)))
     return table
 
 
@@ -322,6 +371,9 @@ def print_candidate(
         )
     if evaluations:
         console.print(_evaluations_table(evaluations))
+        published = _published_table(evaluations)
+        if published is not None:
+            console.print(published)
     for index, call in enumerate(calls, 1):
         _print_call(index, len(calls), call, full)
 
@@ -597,10 +649,17 @@ def print_run_report(
 
 
 @contextmanager
-def stage_spinner(name: str) -> Iterator[Callable[[str], None]]:
-    """A spinner on stderr naming the cascade's stage; yields the `progress` callback."""
-    with err_console.status(f"{name}: starting the sandbox worker") as status:
-        yield lambda stage: status.update(f"{name}: {STAGE_LABELS.get(stage, stage)}")
+def stage_spinner(names: list[str]) -> Iterator[Callable[[int, str], None]]:
+    """A spinner on stderr naming each candidate's cascade stage; yields the
+    `progress(index, stage)` callback of `Evaluator.evaluate_batch`."""
+    stages = {name: "waiting" for name in names}
+    with err_console.status(f"{', '.join(names)}: starting the sandbox workers") as status:
+
+        def progress(index: int, stage: str) -> None:
+            stages[names[index]] = STAGE_LABELS.get(stage, stage)
+            status.update("; ".join(f"{name}: {label}" for name, label in stages.items()))
+
+        yield progress
 
 
 def _scores_table(outcome, title: str) -> Table:
@@ -623,7 +682,7 @@ def _scores_table(outcome, title: str) -> Table:
             score.stage,
             f"{score.total_timesteps:,}",
             f"{fmt_compact(score.mean, 1)} ± {fmt_compact(score.std, 1)}",
-            fmt_compact(score.normalised),
+            fmt_interval(score.normalised, score.normalised_ci, number=fmt_compact),
             fmt_compact(score.compile_s, 1),
             fmt_compact(score.run_s, 1),
             f"{score.steps_per_s:,.0f}" if score.steps_per_s else "-",
@@ -650,12 +709,25 @@ def print_outcome(outcome, path: Path, task: str, settings) -> None:
             style="dim",
             highlight=False,
         )
+        published = [s for s in outcome.env_scores if s.published]
+        if published:
+            console.print(
+                "vs published PPO returns, (return - random) / (published - random): "
+                + "; ".join(f"{s.env}: {fmt_published(s.published)}" for s in published),
+                style="dim",
+                highlight=False,
+            )
     else:
         console.print(title)
     if outcome.passed:
-        held = f", held-out {fmt_compact(outcome.heldout)}" if outcome.heldout is not None else ""
+        held = (
+            f", held-out {fmt_interval(outcome.heldout, outcome.heldout_ci, number=fmt_compact)}"
+            if outcome.heldout is not None
+            else ""
+        )
+        fitness = fmt_interval(outcome.fitness, outcome.fitness_ci, number=fmt_compact)
         console.print(
-            f"[bold green]PASSED[/] every stage: fitness {fmt_compact(outcome.fitness)}{held}"
+            Text.assemble(("PASSED", "bold green"), f" every stage: fitness {fitness}{held}")
         )
     else:
         console.print(

@@ -1,4 +1,4 @@
-"""`metarl evaluate`: run the whole evaluation cascade on one candidate file."""
+"""`metarl evaluate`: run the whole evaluation cascade on candidate files, as one batch."""
 
 from __future__ import annotations
 
@@ -21,7 +21,9 @@ logger = logging.getLogger(__name__)
 
 
 def evaluate(
-    path: Path = typer.Argument(..., help="Python file defining the task's function."),
+    paths: list[Path] = typer.Argument(
+        ..., help="Python files, each defining the task's function (evaluated as one batch)."
+    ),
     task: str = typer.Option(
         ..., "--task", "-t", help="Which contract the file implements: drift or optimizer."
     ),
@@ -68,8 +70,10 @@ def evaluate(
     ),
     verbose: bool = verbose_option(),
 ) -> None:
-    """Run the evaluation cascade (static, probes, short run, full run) on a candidate file
-    and print where it stopped and why, with per-environment scores.
+    """Run the evaluation cascade (static, probes, short run, full run) on candidate files
+    and print where each stopped and why, with per-environment scores. Several files are
+    evaluated as one batch: checked and probed one by one, trained together (one compiled
+    program per environment), each scored exactly as it would be alone.
 
     Examples:
 
@@ -79,8 +83,11 @@ def evaluate(
 
       metarl evaluate my_rule.py --task optimizer --json > outcome.json
 
-    Exit status: 0 when the candidate passed every stage, 1 when it stopped at a stage (the
-    reason is printed, and is in the JSON), 2 on a usage error or when the sandbox cannot run.
+      metarl evaluate metarl/tasks/drift/seed_programs/*.py --task drift --suite smoke
+
+    Exit status: 0 when every candidate passed every stage, 1 when one stopped at a stage (the
+    reason is printed, and is in the JSON: one object for one file, a list of objects with
+    their "path" for several), 2 on a usage error or when the sandbox cannot run.
     """
     log_to_stderr(verbose)
     # lazy: metarl.tasks imports jax; `metarl --help` and the archive commands stay fast
@@ -91,7 +98,7 @@ def evaluate(
         raise UserError(f"unknown task {task!r}; choose one of: {', '.join(task_names())}")
     if suite not in suite_names():
         raise UserError(f"unknown suite {suite!r}; choose one of: {', '.join(suite_names())}")
-    source = _read_candidate(path)
+    sources = [_read_candidate(path) for path in paths]
     for name, value in (
         ("--seeds", seeds),
         ("--timesteps", timesteps),
@@ -119,31 +126,38 @@ def evaluate(
         probe_seed=probe_seed,
         unsafe_no_sandbox=unsafe_no_sandbox,
     )
-    logger.info("evaluating %s as task %s with %s", path, task, asdict(settings))
+    logger.info("evaluating %s as task %s with %s", [str(p) for p in paths], task, asdict(settings))
     try:
         evaluator = Evaluator(settings, workers=1, prewarm=False)
     except SandboxUnavailable as error:
         raise UserError(str(error), USAGE) from None
     with evaluator:
         if as_json:
-            outcome = evaluator.evaluate(source, task)
+            outcomes = evaluator.evaluate_batch(sources, task)
         else:
-            with display.stage_spinner(path.name) as progress:
-                outcome = evaluator.evaluate(source, task, progress=progress)
-    logger.info(
-        "%s: %s at stage %s (fitness %s) in %.1fs",
-        path.name,
-        "passed" if outcome.passed else "failed",
-        outcome.stage,
-        outcome.fitness,
-        outcome.timings.get("total", float("nan")),
-    )
+            with display.stage_spinner([path.name for path in paths]) as progress:
+                outcomes = evaluator.evaluate_batch(sources, task, progress=progress)
+    for path, outcome in zip(paths, outcomes):
+        logger.info(
+            "%s: %s at stage %s (fitness %s) in %.1fs",
+            path.name,
+            "passed" if outcome.passed else "failed",
+            outcome.stage,
+            outcome.fitness,
+            outcome.timings.get("total", float("nan")),
+        )
 
     if as_json:
-        typer.echo(json.dumps(outcome.to_dict()))
+        if len(paths) == 1:
+            typer.echo(json.dumps(outcomes[0].to_dict()))
+        else:
+            typer.echo(
+                json.dumps([{"path": str(p), **o.to_dict()} for p, o in zip(paths, outcomes)])
+            )
     else:
-        display.print_outcome(outcome, path, task, settings)
-    raise typer.Exit(0 if outcome.passed else 1)
+        for path, outcome in zip(paths, outcomes):
+            display.print_outcome(outcome, path, task, settings)
+    raise typer.Exit(0 if all(outcome.passed for outcome in outcomes) else 1)
 
 
 def _read_candidate(path: Path) -> str:

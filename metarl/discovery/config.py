@@ -32,6 +32,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from metarl.discovery.proposers import PROPOSERS
 from metarl.evaluation.settings import CascadeSettings
 from metarl.rl.suites import UnknownSuite, get_suite
 from metarl.tasks import UnknownTask, get_task
@@ -75,7 +76,7 @@ class DiscoverConfig:
     confirm: bool = True  # re-evaluate a would-be incumbent on more seeds first
     confirm_seeds: int | None = None  # default: twice `seeds`
     dedup_retries: int = 3  # re-proposals when a proposal repeats an archived program
-    # LLM proposer (forwarded to build_llm_proposer)
+    # LLM proposer (forwarded to build_llm_proposer by the proposer registry)
     models: list[str] = field(default_factory=list)
     api_base: str | None = None
     mode: str = "population"
@@ -94,12 +95,16 @@ class DiscoverConfig:
             suite = get_suite(self.suite)
         except UnknownSuite as error:
             raise ConfigError(str(error)) from None
-        if self.proposer not in ("mutation", "llm"):
-            raise ConfigError(f"unknown proposer {self.proposer!r}; choose mutation or llm")
+        if self.proposer not in PROPOSERS:
+            raise ConfigError(
+                f"unknown proposer {self.proposer!r}; choose {' or '.join(PROPOSERS)}"
+            )
         if self.mode not in ("population", "conversation"):
             raise ConfigError(f"unknown mode {self.mode!r}; choose population or conversation")
-        if self.proposer == "llm" and not self.models:
-            raise ConfigError("--proposer llm needs at least one --model PROVIDER/MODEL")
+        if PROPOSERS[self.proposer].needs_models and not self.models:
+            raise ConfigError(
+                f"--proposer {self.proposer} needs at least one --model PROVIDER/MODEL"
+            )
         checks = [
             ("budget", self.budget, 0),
             ("workers", self.workers, 1),

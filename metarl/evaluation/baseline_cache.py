@@ -35,6 +35,17 @@ def cache_dir() -> Path:
     return cache_root() / "baselines"
 
 
+def compilation_cache_dir() -> Path:
+    """JAX's persistent compilation cache, shared by the trainers (never the tracers).
+
+    Programs that repeat (baselines, the seed programs' batch at the start of every run,
+    confirmations, a resumed generation) load their executable instead of compiling it:
+    measured on the 2-core CPU, a CartPole program's 13.1 s compile became a 1.9 s load. JAX
+    keys each entry by the program, the compile options, the backend and its own version.
+    """
+    return cache_root() / "xla"
+
+
 def library_versions() -> dict:
     """Everything besides the config that changes a baseline's returns."""
     return {
@@ -49,13 +60,20 @@ def _digest(payload: object, length: int = 24) -> str:
 
 
 def baseline_key(
-    task_name: str, seed_source_hash: str, config: PPOConfig, seeds: Sequence[int]
+    task_name: str,
+    seed_source_hash: str,
+    config: PPOConfig,
+    seeds: Sequence[int],
+    updates: int,
 ) -> str:
+    """The cache key of the baseline program's run on `config` stopped after `updates` updates
+    (a short run is the first segment of the full run, so it shares the config)."""
     return "baseline-" + _digest(
         {
             "task": task_name,
             "seed": seed_source_hash,
             "config": config.to_dict(),
+            "updates": int(updates),
             "seeds": [int(s) for s in seeds],
             "versions": library_versions(),
         }

@@ -13,16 +13,27 @@ Each stage passes or stops the candidate with one clear reason, written for the 
    behaviour fingerprint (a hash of its outputs, rounded to 4 significant digits, on the task's
    fixed probe batch) is taken here; when it matches one in `known_fingerprints` the evaluation
    stops as a duplicate.
-3. **short run**: the suite's first environment at the short budget (`short_timesteps`, default
-   the suite's `short_budget`, never more than the full budget), all seeds. The candidate stops
-   here when its normalised score there is below `short_run_threshold` (default 0.25: a quarter
-   of the way from a random policy to the task's baseline seed). When the baseline is no better
-   than random at that budget the score is undefined and the candidate is not filtered (a
-   warning says so). When the short budget equals the full budget the short run *is* the full
-   run on that environment and is not repeated.
-4. **full run**: every training environment of the suite (and, with `heldout`, the held-out
-   ones), all seeds, full budget. Fitness = mean normalised score over the training
-   environments (scoring.aggregate); `heldout` = the same over held-out environments.
+3. **short run**: the first segment of the first training environment's full run, up to the
+   short budget (`short_timesteps`, default the suite's `short_budget`, never more than the full
+   budget), all seeds, the learning rate annealed over the whole run. The candidate stops here
+   when its normalised score there (against the baseline's same segment) is below
+   `short_run_threshold` (default 0.25: a quarter of the way from a random policy to the task's
+   baseline seed). When the baseline is no better than random at that point the score is
+   undefined and the candidate is not filtered (a warning says so). When the short budget is
+   the whole run, the short run *is* the full run on that environment.
+4. **full run**: the rest of that run (the same compiled program continues it), then every
+   other training environment of the suite (and, with `heldout`, the held-out ones), all
+   seeds, full budget. Fitness = mean normalised score over the training environments
+   (scoring.aggregate), with a bootstrap 95% interval over seeds; `heldout` = the same over
+   held-out environments.
+
+**Batches.** `evaluate_batch` takes many sources: stages 1-2 run per candidate (the tracers
+`workers` at a time), then the survivors are trained by one trainer, one compiled program per
+environment with a candidate index selecting the candidate (rl/training.py's BatchProgram), so a
+generation pays each environment's compile once. A candidate's numbers are the same in any
+batch (each is its own call of the program). A trainer that hangs, crashes or exceeds its memory
+takes its batch with it: the batch is split, the candidate that was running first, and each
+part retried in a fresh trainer with its own limit, until the culprit fails alone.
 
 Normalised score per environment = (R - R_random) / (R_baseline - R_random), where R is the mean
 over seeds of the final return, R_random the uniform random policy's return and R_baseline the
@@ -53,12 +64,19 @@ import math
 import secrets
 import threading
 import time
-from dataclasses import asdict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 from metarl import platform
 from metarl.evaluation import baseline_cache
-from metarl.evaluation.outcome import MalformedResult, Outcome, env_score, parse_outcome
+from metarl.evaluation.outcome import (
+    MalformedResult,
+    Outcome,
+    aggregate_intervals,
+    env_score,
+    parse_outcome,
+)
 from metarl.evaluation.sandbox import (
     WorkerPool,
     WorkerResult,
@@ -123,7 +141,11 @@ class Evaluator:
 
     # -- references (baselines, random returns) -------------------------------------------------
     def references(self, task) -> dict[str, Reference]:
-        """config hash -> Reference for every planned run; trains missing baselines (cached)."""
+        """PlannedRun.key -> Reference for every planned segment; trains missing baselines.
+
+        Raises:
+            RuntimeError: the baseline program could not be trained (an evaluator fault).
+        """
         task_obj = _resolve_task(task)
         plan = plan_runs(self.settings)
         seeds = list(range(int(self.settings.seeds)))
@@ -131,66 +153,55 @@ class Evaluator:
         with self._references_lock:
             missing = []
             for entry in plan:
-                memo = (task_obj.name, entry.config.config_hash())
-                if memo in self._references:
+                if (task_obj.name, entry.key) in self._references:
                     continue
-                run = baseline_cache.load(
-                    baseline_cache.baseline_key(task_obj.name, program, entry.config, seeds)
-                )
+                run = baseline_cache.load(_baseline_key(task_obj, program, entry, seeds))
                 random = baseline_cache.load(baseline_cache.random_key(entry.config.env_name))
                 if run is None or random is None:
-                    missing.append(entry.config.config_hash())
+                    missing.append(entry.key)
                     continue
-                self._references[memo] = _reference(run, random["return"])
+                self._references[(task_obj.name, entry.key)] = _reference(run, random["return"])
             if missing:
                 self._train_baselines(task_obj, plan, sorted(set(missing)), program, seeds)
-            return {
-                entry.config.config_hash(): self._references[
-                    (task_obj.name, entry.config.config_hash())
-                ]
-                for entry in plan
-            }
+            return {entry.key: self._references[(task_obj.name, entry.key)] for entry in plan}
 
-    def _train_baselines(self, task, plan, config_hashes, program, seeds) -> None:
+    def _train_baselines(self, task, plan, keys, program, seeds) -> None:
         job = {
             "kind": "baseline",
             "task": task.name,
             "settings": self.settings.job_settings(),
-            "config_hashes": config_hashes,
+            "keys": keys,
             "platform": self.platform,
         }
-        limit = max(self.settings.timeout_s, 600.0) * len(config_hashes)
+        limit = max(self.settings.timeout_s, 600.0) * len(keys)
         with self._slots:
             run = self._trainers.acquire().run(job, limit)
         payload = (run.result or {}).get("payload") if run.status == "ok" else None
         if not isinstance(payload, dict) or run.result.get("kind") != "baseline":
             detail = run.reason or (payload or {}).get("error")
             raise RuntimeError(f"computing the {task.name} baseline failed: {clean(detail, 2000)}")
-        by_hash = {e.config.config_hash(): e.config for e in plan}
+        by_key = {entry.key: entry for entry in plan}
         for data in payload.get("runs", []):
-            config = by_hash[data.pop("config_hash")]
-            random_return = float(payload["random"][config.env_name])
+            entry = by_key[data.pop("key")]
+            random_return = float(payload["random"][entry.config.env_name])
             for derived in ("mean", "std", "steps_per_s"):
                 data.pop(derived, None)
             if data.get("nonfinite_update") is not None:
-                raise RuntimeError(f"the {task.name} baseline diverged on {config.env_name}")
+                raise RuntimeError(f"the {task.name} baseline diverged on {entry.config.env_name}")
+            baseline_cache.save(_baseline_key(task, program, entry, seeds), data)
             baseline_cache.save(
-                baseline_cache.baseline_key(task.name, program, config, seeds), data
+                baseline_cache.random_key(entry.config.env_name),
+                {"env": entry.config.env_name, "return": random_return},
             )
-            baseline_cache.save(
-                baseline_cache.random_key(config.env_name),
-                {"env": config.env_name, "return": random_return},
-            )
-            self._references[(task.name, config.config_hash())] = _reference(data, random_return)
+            self._references[(task.name, entry.key)] = _reference(data, random_return)
 
     def baseline(self, task: str) -> dict:
         """The task's baseline program on every env of the suite (cached): env -> EnvRun."""
-
         references = self.references(task)
         runs = {}
         for entry in plan_runs(self.settings):
             if entry.stage == "full":
-                reference = references[entry.config.config_hash()]
+                reference = references[entry.key]
                 run = EnvRun(**reference.run)
                 run.extra["random_mean"] = reference.random_mean
                 runs[entry.config.env_name] = run
@@ -204,27 +215,79 @@ class Evaluator:
         known_fingerprints: dict[str, str] | None = None,
         progress: Callable[[str], None] | None = None,
     ) -> Outcome:
-        """Run the cascade on `source` for `task`; never raises for anything the candidate does.
+        """Run the cascade on `source` for `task`: the batch of one of `evaluate_batch`.
 
-        `known_fingerprints` maps fingerprint -> candidate id; a candidate that behaves like one
-        of them on the probe batch stops after the probes as a duplicate. `progress(stage)` is
-        called as each stage starts ("static", "probes", "short", "full").
+        `progress(stage)` is called as each stage starts ("static", "probes", "short", "full").
         """
-        started = time.perf_counter()
+        report = (lambda index, stage: progress(stage)) if progress else None
+        return self.evaluate_batch([source], task, known_fingerprints, report)[0]
+
+    def evaluate_batch(
+        self,
+        sources: list[str],
+        task: str,
+        known_fingerprints: dict[str, str] | None = None,
+        progress: Callable[[int, str], None] | None = None,
+    ) -> list[Outcome]:
+        """Run the cascade on every source; one Outcome each, in order. Never raises for
+        anything a candidate does.
+
+        The static check runs here, then each candidate is traced in its own sandboxed tracer
+        (`workers` at a time); the candidates whose artifacts came back are trained together
+        by one trainer: one compiled program per environment, a candidate index selecting the
+        candidate (stages.evaluate_artifacts). A batch whose trainer hangs, crashes or runs
+        out of memory is split, the candidate that was running when it died first, until the
+        culprit fails alone with its own reason; the others are scored.
+
+        Args:
+            sources: candidate sources for `task`.
+            task: the task's name (or Task).
+            known_fingerprints: fingerprint -> candidate id; a candidate that behaves like one
+                of them on the probe batch stops after the probes as a duplicate.
+            progress: `progress(index, stage)` as candidate `index` enters "static",
+                "probes", "short" or "full".
+        """
         task_obj = _resolve_task(task)
-        settings = self.settings
-        if progress:
-            progress("static")
-        report = check_task_source(source, task_obj)
-        static_s = time.perf_counter() - started
+        candidates = [_Pending(index, source) for index, source in enumerate(sources)]
+
+        def announce(candidate: _Pending, stage: str) -> None:
+            if progress:
+                progress(candidate.index, stage)
+
+        for candidate in candidates:
+            announce(candidate, "static")
+            self._check(candidate, task_obj)
+        traced = [c for c in candidates if c.outcome is None]
+        for candidate in traced:
+            announce(candidate, "probes")
+        if traced:
+            with ThreadPoolExecutor(self.workers, thread_name_prefix="metarl-trace") as pool:
+                list(pool.map(lambda c: self._trace(c, task_obj), traced))
+        ready = [c for c in candidates if c.outcome is None]
+        if ready:
+            try:
+                references = self.references(task_obj)
+            except (RuntimeError, OSError, KeyError, ValueError) as error:
+                logger.exception("baseline for %s failed", task_obj.name)
+                for candidate in ready:
+                    candidate.outcome = Outcome.failure(
+                        "probes", f"internal evaluator error (baseline): {error}"
+                    )
+            else:
+                self._train(task_obj, ready, references, known_fingerprints or {}, announce)
+        return [self._finish(candidate) for candidate in candidates]
+
+    def _check(self, candidate: "_Pending", task) -> None:
+        """Stage 1, here: the static check of the source (never executes it)."""
+        start = time.perf_counter()
+        report = check_task_source(candidate.source, task)
+        candidate.timings["static"] = time.perf_counter() - start
         if not report.ok:
-            return Outcome.failure(
-                "static",
-                report.reason,
-                timings={"static": static_s, "total": time.perf_counter() - started},
-            )
-        if progress:
-            progress("probes")
+            candidate.outcome = Outcome.failure("static", report.reason)
+
+    def _trace(self, candidate: "_Pending", task) -> None:
+        """Stage 2's untrusted half in a sandboxed tracer: probes and export of the source."""
+        settings = self.settings
         probe_seed = (
             settings.probe_seed if settings.probe_seed is not None else secrets.randbelow(2**31)
         )
@@ -232,14 +295,14 @@ class Evaluator:
             traced = self._tracers.acquire().run(
                 {
                     "kind": "trace",
-                    "task": task_obj.name,
-                    "source": source,
+                    "task": task.name,
+                    "source": candidate.source,
                     "probe_seed": probe_seed,
                     "platform": self.platform,
                 },
                 min(settings.trace_timeout_s, settings.timeout_s),
             )
-        sandbox = {
+        candidate.sandbox = {
             "tracer_pid": traced.pid,
             "tracer_workdir": traced.workdir,
             "tracer_exit": traced.returncode,
@@ -254,114 +317,168 @@ class Evaluator:
             "worker_exit": traced.returncode,
             "status": traced.status,
         }
-        timings = {"static": static_s, "trace": traced.timings.get("sandbox", 0.0)}
-        artifact, warnings, failure = _read_trace(traced)
+        candidate.timings["trace"] = traced.timings.get("sandbox", 0.0)
+        candidate.output = traced.output
+        candidate.artifact, candidate.warnings, failure = _read_trace(traced)
+        # the trainer probes the artifact on inputs the tracer never saw
+        fixed = settings.probe_seed is not None
+        candidate.train_probe_seed = (probe_seed + 1) % 2**31 if fixed else secrets.randbelow(2**31)
         if failure is not None:
-            outcome = Outcome.failure("probes", failure, warnings=warnings)
-            return self._finish(outcome, sandbox, timings, traced.output, started, traced.timings)
+            candidate.outcome = Outcome.failure("probes", failure)
+            # the tracer's phases; its wall time is "trace" (the trainer's is "sandbox")
+            candidate.timings.update({k: v for k, v in traced.timings.items() if k != "sandbox"})
 
-        try:
-            references = self.references(task_obj)
-        except (RuntimeError, OSError, KeyError, ValueError) as error:
-            logger.exception("baseline for %s failed", task_obj.name)
-            outcome = Outcome.failure("probes", f"internal evaluator error (baseline): {error}")
-            return self._finish(outcome, sandbox, timings, traced.output, started, traced.timings)
-
-        duplicate: dict = {}
-        known = known_fingerprints or {}
+    def _train(
+        self,
+        task,
+        batch: list["_Pending"],
+        references: dict[str, Reference],
+        known: dict[str, str],
+        announce: Callable[["_Pending", str], None],
+    ) -> None:
+        """Stages 2-4's trusted half for `batch` in one trainer; split the batch on a crash."""
+        plan = plan_runs(self.settings)
+        limit = self.training_limit(plan, references, len(batch))
+        active: dict[str, int] = {}
 
         def on_event(message: dict) -> bool:
-            event = message.get("event")
-            if event == "stage" and progress and message.get("stage") in ("short", "full"):
-                progress(message["stage"])
-            if event == "fingerprint" and isinstance(message.get("fingerprint"), str):
-                duplicate["fingerprint"] = message["fingerprint"]
-                if message["fingerprint"] in known:
-                    duplicate["of"] = known[message["fingerprint"]]
-                    return True
+            index = message.get("index")
+            if message.get("event") != "stage" or not isinstance(index, int):
+                return False
+            if 0 <= index < len(batch) and message.get("stage") in ("probes", "short", "full"):
+                active["index"] = index
+                if message["stage"] != "probes":
+                    announce(batch[index], message["stage"])
             return False
 
-        plan = plan_runs(settings)
-        limit = self.training_limit(plan, references)
         job = {
             "kind": "evaluate",
-            "task": task_obj.name,
-            "artifact": artifact,
-            "settings": settings.job_settings(),
-            # the trainer probes the artifact on inputs the tracer never saw
-            "probe_seed": (probe_seed + 1) % 2**31
-            if settings.probe_seed is not None
-            else secrets.randbelow(2**31),
+            "task": task.name,
+            "artifacts": [c.artifact for c in batch],
+            "probe_seeds": [c.train_probe_seed for c in batch],
+            "known_fingerprints": known,
+            "settings": self.settings.job_settings(),
             "platform": self.platform,
             "references": [
-                {"config_hash": key, "baseline_mean": r.baseline_mean, "random_mean": r.random_mean}
+                {"key": key, "baseline_mean": r.baseline_mean, "random_mean": r.random_mean}
                 for key, r in references.items()
             ],
         }
         with self._slots:
             run = self._trainers.acquire().run(job, limit, on_event)
-        sandbox.update(
-            worker_pid=run.pid,
-            workdir=run.workdir,
-            worker_exit=run.returncode,
-            status=run.status,
-            train_limit_s=limit,
+        for position, candidate in enumerate(batch):
+            candidate.sandbox.update(
+                worker_pid=run.pid,
+                workdir=run.workdir,
+                worker_exit=run.returncode,
+                status=run.status,
+                train_limit_s=limit,
+                batch={"size": len(batch), "position": position},
+            )
+            candidate.timings.update(run.timings)
+        failure = _training_failure(run)
+        if failure is None:
+            self._read_outcomes(run, batch, plan, references)
+            return
+        if len(batch) == 1:
+            stage = run.stage if run.stage in ("probes", "short", "full") else "probes"
+            batch[0].outcome = Outcome.failure(stage, failure)
+            return
+        # Split: the candidate that was running when the trainer died alone, then the rest
+        # (halves when nobody was running); each part gets its own trainer and limit.
+        culprit = active.get("index")
+        parts = (
+            [[batch[culprit]], batch[:culprit] + batch[culprit + 1 :]]
+            if culprit is not None
+            else [batch[: len(batch) // 2], batch[len(batch) // 2 :]]
         )
-        outcome = self._read_training(run, duplicate, plan, references)
-        if outcome.fingerprint is None:
-            outcome.fingerprint = duplicate.get("fingerprint")
-        outcome.warnings = warnings + outcome.warnings
-        timings.update(run.timings)
-        timings["sandbox"] = timings["trace"] + run.timings.get("sandbox", 0.0)
-        return self._finish(outcome, sandbox, timings, traced.output, started, {})
+        logger.warning(
+            "a trainer batch of %d failed (%s); splitting it into %s",
+            len(batch),
+            failure,
+            [len(part) for part in parts],
+        )
+        for part in parts:
+            self._train(task, part, references, known, announce)
 
-    def training_limit(self, plan: list[PlannedRun], references: dict[str, Reference]) -> float:
-        """Seconds for stages 2b-4: scaled from the baseline's time for the same runs."""
+    def _read_outcomes(self, run: WorkerResult, batch, plan, references) -> None:
+        """Each candidate's Outcome from the trainer's result, validated and rescored here."""
+        payload = run.result.get("payload")
+        outcomes = payload.get("outcomes") if isinstance(payload, dict) else None
+        if not isinstance(outcomes, list) or len(outcomes) != len(batch):
+            logger.error("malformed trainer result: %r", str(payload)[:500])
+            for candidate in batch:
+                candidate.outcome = Outcome.failure(
+                    "probes", "internal evaluator error: malformed result"
+                )
+            return
+        for candidate, data in zip(batch, outcomes):
+            try:
+                candidate.outcome = verify_outcome(
+                    parse_outcome(data), plan, references, self.settings
+                )
+            except MalformedResult as error:
+                logger.error("malformed trainer result: %s", error)
+                candidate.outcome = Outcome.failure(
+                    "probes", f"internal evaluator error: malformed result ({error})"
+                )
+
+    def training_limit(
+        self, plan: list[PlannedRun], references: dict[str, Reference], candidates: int = 1
+    ) -> float:
+        """Seconds for stages 2b-4 of `candidates` candidates trained together: scaled from
+        the baseline's time for the same runs (`train_timeout_factor` x, at most `timeout_s`
+        per candidate), at least `train_timeout_floor_s`."""
         settings = self.settings
-        work = sum(references[entry.config.config_hash()].seconds for entry in plan)
-        scaled = max(settings.train_timeout_floor_s, settings.train_timeout_factor * work)
-        return min(settings.timeout_s, scaled)
+        work = sum(references[entry.key].seconds for entry in plan if entry.stage == "full")
+        per_candidate = min(settings.timeout_s, settings.train_timeout_factor * work)
+        return max(settings.train_timeout_floor_s, per_candidate * candidates)
 
-    def _read_training(self, run: WorkerResult, duplicate: dict, plan, references) -> Outcome:
-        if run.status == "stopped" and "of" in duplicate:
-            return Outcome(
-                passed=False,
-                stage="probes",
-                reason=f"behaves identically to candidate {duplicate['of']}",
-                duplicate_of=duplicate["of"],
-            )
-        if run.status != "ok":
-            return Outcome.failure(
-                run.stage if run.stage in ("probes", "short", "full") else "probes",
-                run.reason or f"stopped ({run.status})",
-            )
-        kind, payload = run.result.get("kind"), run.result.get("payload")
-        if kind != "evaluate":
-            error = payload.get("error") if isinstance(payload, dict) else None
-            logger.error("trainer error: %s", payload)
-            return Outcome.failure(
-                run.stage, f"internal evaluator error in stage {run.stage}: {error}"
-            )
-        try:
-            return verify_outcome(parse_outcome(payload), plan, references, self.settings)
-        except MalformedResult as error:
-            logger.error("malformed trainer result: %s", error)
-            return Outcome.failure(
-                run.stage, f"internal evaluator error: malformed result ({error})"
-            )
-
-    def _finish(self, outcome, sandbox, timings, output, started, extra_timings) -> Outcome:
+    def _finish(self, candidate: "_Pending") -> Outcome:
+        outcome = candidate.outcome or Outcome.failure("probes", "internal evaluator error")
         outcome.reason = clean(outcome.reason, 4000)
-        outcome.warnings = [clean(w, 2000) for w in outcome.warnings]
-        outcome.timings = {
-            **extra_timings,
-            **outcome.timings,
-            **timings,
-            "total": time.perf_counter() - started,
-        }
-        outcome.sandbox = sandbox
-        outcome.stdout = clean(output, self.settings.limits().output_chars)
+        outcome.warnings = [clean(w, 2000) for w in candidate.warnings + outcome.warnings]
+        trainer_timings = outcome.timings
+        outcome.timings = {**trainer_timings, **candidate.timings}
+        outcome.timings["sandbox"] = candidate.timings.get("trace", 0.0) + candidate.timings.get(
+            "sandbox", 0.0
+        )
+        outcome.timings["total"] = time.perf_counter() - candidate.started
+        outcome.sandbox = candidate.sandbox
+        outcome.stdout = clean(candidate.output, self.settings.limits().output_chars)
         return outcome
+
+
+@dataclass
+class _Pending:
+    """A candidate in the parent while its batch is evaluated."""
+
+    index: int
+    source: str
+    started: float = field(default_factory=time.perf_counter)
+    outcome: Outcome | None = None
+    artifact: object = None
+    train_probe_seed: int = 0
+    warnings: list[str] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    sandbox: dict = field(default_factory=dict)
+    output: str = ""
+
+
+def _baseline_key(task, program: str, entry: PlannedRun, seeds: list[int]) -> str:
+    return baseline_cache.baseline_key(task.name, program, entry.config, seeds, entry.updates)
+
+
+def _training_failure(run: WorkerResult) -> str | None:
+    """Why the trainer gave no usable result for its batch, or None when it did."""
+    if run.status != "ok":
+        return run.reason or f"stopped ({run.status})"
+    if run.result.get("kind") != "evaluate":
+        payload = run.result.get("payload")
+        error = payload.get("error") if isinstance(payload, dict) else None
+        logger.error("trainer error: %s", payload)
+        return f"internal evaluator error in stage {run.stage}: {error}"
+    return None
 
 
 def _reference(run: dict, random_return: float) -> Reference:
@@ -409,19 +526,25 @@ def verify_outcome(
     Raises:
         MalformedResult: when the runs do not match the plan.
     """
+    # a short run that is the whole run on its env appears once, as that env's "full" score
+    scored = [
+        entry
+        for i, entry in enumerate(plan)
+        if not (i > 0 and entry.stage == "full" and entry.key == plan[i - 1].key)
+    ]
     scores = []
     for index, score in enumerate(outcome.env_scores):
-        if index >= len(plan) or score.env != plan[index].config.env_name:
+        if index >= len(scored) or score.env != scored[index].config.env_name:
             raise MalformedResult(f"env score {index} ({score.env}) is not the planned run")
-        entry = plan[index]
-        steps = entry.config.num_updates * entry.config.batch_size  # what the trainer runs
-        if score.total_timesteps != steps or score.seeds != list(range(settings.seeds)):
+        entry = scored[index]
+        if score.total_timesteps != entry.steps or score.seeds != list(range(settings.seeds)):
             raise MalformedResult(f"env score {index} has the wrong budget or seeds")
+        reused = entry.stage == "short" and entry.key in {e.key for e in plan if e.stage == "full"}
         if score.stage not in ("short", "full") or (
-            entry.stage == "full" and score.stage != "full"
+            score.stage != entry.stage and not (reused and score.stage == "full")
         ):
             raise MalformedResult(f"env score {index} has stage {score.stage!r}")
-        reference = references[entry.config.config_hash()]
+        reference = references[entry.key]
         raw = asdict(score)
         raw["final_returns"] = raw.pop("returns")
         scores.append(
@@ -429,20 +552,13 @@ def verify_outcome(
                 raw, reference.baseline_mean, reference.random_mean, entry.heldout, score.stage
             )
         )
-    # the short run reused as the full run on the first env appears once, as "full"
-    expected = len(plan) - (
-        1
-        if plan and plan[0].stage == "short" and len(plan) > 1 and plan[1].config == plan[0].config
-        else 0
-    )
     outcome.env_scores = scores
-    short = [s for s in scores if s.stage == "short"] or [
-        s for i, s in enumerate(scores) if plan[i].stage == "short"
-    ]
+    short = [s for i, s in enumerate(scores) if scored[i].stage == "short"]
     threshold = settings.short_run_threshold
+    outcome.fitness = outcome.heldout = outcome.fitness_ci = outcome.heldout_ci = None
     if outcome.passed:
-        if len(scores) != expected:
-            raise MalformedResult(f"{len(scores)} env scores for {expected} planned runs")
+        if len(scores) != len(scored):
+            raise MalformedResult(f"{len(scores)} env scores for {len(scored)} planned runs")
         for score in short:
             if score.normalised is not None and score.normalised < threshold:
                 raise MalformedResult("a passed candidate is below the short-run threshold")
@@ -451,10 +567,9 @@ def verify_outcome(
         held = [s.normalised for s in full if s.heldout and s.normalised is not None]
         outcome.fitness = aggregate(train) if train else None
         outcome.heldout = aggregate(held) if held else None
+        outcome.fitness_ci, outcome.heldout_ci = aggregate_intervals(full)
         if outcome.fitness is not None and not math.isfinite(outcome.fitness):
-            outcome.fitness = None
-    else:
-        outcome.fitness = outcome.heldout = None
+            outcome.fitness = outcome.fitness_ci = None
     return outcome
 
 

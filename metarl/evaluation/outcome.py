@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, fields
+from typing import Sequence
 
 import numpy as np
 
-from metarl.rl.scoring import normalised_score
+from metarl.rl.scoring import bootstrap_interval, normalised_score, per_seed_normalised
+from metarl.rl.suites import published_returns
 
 # Every stage a candidate can stop at, in order: the proposer produced no program (`propose`),
 # it repeats an archived one (`dedup`), then the cascade's four stages.
@@ -36,6 +38,12 @@ class EnvScore:
     steps_per_s: float = 0.0
     heldout: bool = False
     stage: str = "full"  # "short" or "full"
+    # 95% percentile-bootstrap interval of `normalised` over the training seeds
+    # (`metarl.rl.scoring.bootstrap_interval`); None with one seed or an undefined score
+    normalised_ci: list[float] | None = None
+    # source label -> the mean return normalised against that source's published PPO return,
+    # (mean - random) / (published - random); empty for envs without published references
+    published: dict[str, float | None] = field(default_factory=dict)
 
 
 @dataclass
@@ -49,6 +57,10 @@ class Outcome:
     env_scores: list[EnvScore] = field(default_factory=list)
     fitness: float | None = None  # aggregate normalised score over the training envs
     heldout: float | None = None  # aggregate over held-out envs; never used for selection
+    # 95% bootstrap intervals [low, high] of `fitness` and `heldout` over the training seeds
+    # (seeds resampled jointly across envs; `aggregate_intervals`); None with one seed
+    fitness_ci: list[float] | None = None
+    heldout_ci: list[float] | None = None
     fingerprint: str | None = None  # hash of outputs on the task's fixed probe batch
     duplicate_of: str | None = None  # id of an archived candidate with the same fingerprint
     timings: dict[str, float] = field(default_factory=dict)  # stage or phase -> seconds
@@ -96,6 +108,59 @@ def _numbers(value, what: str, allow_none: bool = False, limit: int = 100_000) -
     return [_number(v, what, allow_none) for v in value]
 
 
+def _interval(value, what: str) -> list[float] | None:
+    """None, or [low, high]: two finite numbers in order."""
+    if value is None:
+        return None
+    numbers = _numbers(value, what, limit=2)
+    if len(numbers) != 2 or not all(map(math.isfinite, numbers)) or numbers[0] > numbers[1]:
+        raise MalformedResult(f"{what} is not [low, high], two finite numbers in order")
+    return numbers
+
+
+def _published(value) -> dict[str, float | None]:
+    if not isinstance(value, dict) or len(value) > 16:
+        raise MalformedResult("published is not an object of at most 16 scores")
+    out = {}
+    for label, score in value.items():
+        if not isinstance(label, str):
+            raise MalformedResult("published has a label that is not a string")
+        score = _number(score, "published score", allow_none=True)
+        out[label] = score if score is None or math.isfinite(score) else None
+    return out
+
+
+def aggregate_intervals(
+    env_scores: Sequence[EnvScore],
+) -> tuple[list[float] | None, list[float] | None]:
+    """The 95% bootstrap intervals of an outcome's fitness and held-out score.
+
+    Over the same scores `fitness` and `heldout` average (the full-stage training, resp.
+    held-out, envs whose normalised score is defined), from each env's per-seed returns and
+    its baseline and random means; seeds are resampled jointly across envs
+    (`metarl.rl.scoring.bootstrap_interval`), so the interval is reproducible from the archive.
+
+    Returns:
+        (fitness_ci, heldout_ci), each [low, high] or None (no such env, or one seed).
+    """
+    intervals = []
+    for heldout in (False, True):
+        per_seed = []
+        for score in env_scores:
+            if score.stage != "full" or bool(score.heldout) != heldout:
+                continue
+            if score.normalised is None or score.baseline_mean is None:
+                continue
+            if score.random_mean is None:
+                continue
+            values = per_seed_normalised(score.returns, score.random_mean, score.baseline_mean)
+            if values is not None:
+                per_seed.append(values)
+        interval = bootstrap_interval(per_seed) if per_seed else None
+        intervals.append(list(interval) if interval is not None else None)
+    return intervals[0], intervals[1]
+
+
 def env_score(
     run: dict, baseline_mean: float, random_mean: float, heldout: bool, stage: str
 ) -> EnvScore:
@@ -112,7 +177,10 @@ def env_score(
         stage: "short" or "full".
 
     Returns:
-        The EnvScore; `normalised` is None when undefined (baseline no better than random).
+        The EnvScore; `normalised` is None when undefined (baseline no better than random);
+        `normalised_ci` is its bootstrap interval over seeds (None with one seed); `published`
+        normalises the mean return against each published PPO return for the env
+        (`metarl.rl.suites.published_returns`), labelled by source.
 
     Raises:
         MalformedResult: when a field has the wrong type.
@@ -124,6 +192,14 @@ def env_score(
         raise MalformedResult("final_returns is empty")
     mean = float(np.mean(returns)) if all(map(math.isfinite, returns)) else math.nan
     normalised = normalised_score(mean, random_mean, baseline_mean)
+    interval = None
+    if math.isfinite(normalised):
+        per_seed = per_seed_normalised(returns, random_mean, baseline_mean)
+        interval = bootstrap_interval([per_seed]) if per_seed is not None else None
+    published = {}
+    for label, reference in published_returns(run["env"]).items():
+        value = normalised_score(mean, random_mean, reference)
+        published[label] = value if math.isfinite(value) else None
     seeds = run.get("seeds")
     if not isinstance(seeds, list) or not all(
         isinstance(x, int) and not isinstance(x, bool) for x in seeds
@@ -146,6 +222,8 @@ def env_score(
         steps_per_s=_number(run.get("steps_per_s", 0.0) or 0.0, "steps_per_s"),
         heldout=bool(heldout),
         stage=stage,
+        normalised_ci=list(interval) if interval is not None else None,
+        published=published,
     )
 
 
@@ -180,11 +258,11 @@ def parse_outcome(data: object) -> Outcome:
         stage=data["stage"],
         reason=data.get("reason"),
         warnings=list(warnings),
-        env_scores=[
-            EnvScore(**{k: v for k, v in e.items() if k in _ENV_SCORE_FIELDS}) for e in scores
-        ],
+        env_scores=[_parse_env_score(e) for e in scores],
         fitness=_number(data.get("fitness"), "fitness", allow_none=True),
         heldout=_number(data.get("heldout"), "heldout", allow_none=True),
+        fitness_ci=_interval(data.get("fitness_ci"), "fitness_ci"),
+        heldout_ci=_interval(data.get("heldout_ci"), "heldout_ci"),
         fingerprint=data.get("fingerprint"),
         duplicate_of=data.get("duplicate_of"),
         timings={str(k): _number(v, "timing", allow_none=True) or 0.0 for k, v in timings.items()},
@@ -192,6 +270,13 @@ def parse_outcome(data: object) -> Outcome:
 
 
 _ENV_SCORE_FIELDS = {f.name for f in fields(EnvScore)}
+
+
+def _parse_env_score(data: dict) -> EnvScore:
+    known = {k: v for k, v in data.items() if k in _ENV_SCORE_FIELDS}
+    known["normalised_ci"] = _interval(known.get("normalised_ci"), "normalised_ci")
+    known["published"] = _published(known.get("published", {}))
+    return EnvScore(**known)
 
 
 def _finite_or_none(value):

@@ -65,6 +65,7 @@ import tempfile
 import threading
 import time
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -75,6 +76,8 @@ from metarl.evaluation.settings import SandboxLimits
 
 BWRAP = "bwrap"
 SANDBOX_HOME = "/tmp"
+SANDBOX_CACHE = "/metarl-xla-cache"  # where a trainer sees the compilation cache
+CACHE_ENVVAR = "METARL_XLA_CACHE"  # tells the worker (a trainer) to use it
 # The longest channel line the parent accepts. The largest honest message, a full run's
 # per-update returns with its artifact, is well under 1 MB; a longer line is garbled output,
 # dropped while it streams (a 64 MB forged line costs the parent no more than its reading).
@@ -146,8 +149,14 @@ def _read_only_paths() -> list[str]:
     return out
 
 
-def bubblewrap_command(environment: dict, tmpfs_mb: int) -> list[str]:
-    """The `bwrap ... --` prefix that isolates a worker (see the module docstring)."""
+def bubblewrap_command(
+    environment: dict, tmpfs_mb: int, writable: dict[str, str] | None = None
+) -> list[str]:
+    """The `bwrap ... --` prefix that isolates a worker (see the module docstring).
+
+    `writable` maps host directories to where a trusted trainer sees them (the compilation
+    cache); a tracer is never given one.
+    """
     binary = shutil.which(BWRAP)
     if binary is None:
         raise SandboxUnavailable(
@@ -173,6 +182,8 @@ def bubblewrap_command(environment: dict, tmpfs_mb: int) -> list[str]:
     command += ["--size", str(int(tmpfs_mb) * 2**20), "--tmpfs", SANDBOX_HOME]
     for path in _read_only_paths():
         command += ["--ro-bind", path, path]
+    for host, inside in (writable or {}).items():
+        command += ["--bind", host, inside]
     command += ["--proc", "/proc", "--dev", "/dev"]
     for device in sorted(glob.glob("/dev/nvidia*")):  # the trainer's GPU, when there is one
         command += ["--dev-bind", device, device]
@@ -303,12 +314,21 @@ class WorkerProcess:
             "--nofile",
             str(int(limits.nofile)),
         ]
+        cache = limits.compilation_cache if role == "trainer" else None
+        if cache:
+            os.makedirs(cache, exist_ok=True)
         if limits.unsafe_no_sandbox:
             self.isolation = "none (unsafe_no_sandbox)"
             environment = scrubbed_environment(self.tmpdir)
+            if cache:
+                environment[CACHE_ENVVAR] = cache
         else:
             self.isolation = "bubblewrap"
-            prefix = bubblewrap_command(scrubbed_environment(SANDBOX_HOME), limits.tmpfs_mb)
+            inside = scrubbed_environment(SANDBOX_HOME)
+            if cache:
+                inside[CACHE_ENVVAR] = SANDBOX_CACHE
+            writable = {cache: SANDBOX_CACHE} if cache else None
+            prefix = bubblewrap_command(inside, limits.tmpfs_mb, writable)
             command = prefix + command + ["--sandboxed"]
             environment = {}  # bwrap's own PID-1 helper keeps this: nothing to read there
         cwd = self.tmpdir
@@ -605,7 +625,13 @@ class WorkerProcess:
 
 
 class WorkerPool:
-    """Keeps `spares` pre-warmed workers; hands each job a fresh one and starts its replacement."""
+    """Keeps `spares` pre-warmed workers; hands each job a fresh one and starts its replacement.
+
+    Every worker is started from the pool's own spawner thread, which lives as long as the
+    pool: bubblewrap's `--die-with-parent` is PR_SET_PDEATHSIG, which fires when the *thread*
+    that started the process exits, so a spare started from a short-lived caller thread (a
+    thread pool fanning out tracers) would be killed before its job arrives.
+    """
 
     def __init__(
         self,
@@ -622,6 +648,7 @@ class WorkerPool:
         self._idle: list[WorkerProcess] = []
         self._closed = False
         self._live: "weakref.WeakSet[WorkerProcess]" = weakref.WeakSet()
+        self._spawner = ThreadPoolExecutor(1, thread_name_prefix=f"metarl-{role}-spawner")
         reference = weakref.ref(self)
 
         def close_at_exit() -> None:
@@ -635,7 +662,7 @@ class WorkerPool:
             self._top_up()
 
     def _spawn(self) -> WorkerProcess:
-        worker = WorkerProcess(self.limits, self.python, self.role)
+        worker = self._spawner.submit(WorkerProcess, self.limits, self.python, self.role).result()
         self._live.add(worker)
         return worker
 
@@ -669,6 +696,7 @@ class WorkerPool:
             worker.kill()
         for worker in list(self._live):
             worker.kill()
+        self._spawner.shutdown(wait=False)
 
 
 def run_job(job: dict, limits: SandboxLimits, on_event=None, role: str = "trainer") -> WorkerResult:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass
 
+from metarl.evaluation.baseline_cache import compilation_cache_dir
 from metarl.rl.configs import PPOConfig
 from metarl.rl.suites import get_suite
 
@@ -28,6 +29,8 @@ class SandboxLimits:
     memory_poll_s: float = 0.25
     tmpfs_mb: int = 64  # everything a worker may write (its /tmp, cwd and HOME), in total
     unsafe_no_sandbox: bool = False  # run without bubblewrap (NOT a security boundary)
+    # JAX's persistent compilation cache (a host directory), writable by trainers only
+    compilation_cache: str | None = None
 
     def cpu_limit(self) -> int:
         """RLIMIT_CPU in seconds: `cpu_s`, or the wall-clock limit times the cores, plus 60."""
@@ -68,6 +71,8 @@ class CascadeSettings:
     # can then read files and the environment of this machine. Only for machines where
     # bubblewrap cannot run, and only with candidates you trust.
     unsafe_no_sandbox: bool = False
+    # trainers keep compiled programs in JAX's persistent cache (METARL_CACHE_DIR/xla)
+    compilation_cache: bool = True
 
     def limits(self) -> SandboxLimits:
         """The sandbox limits these settings ask for."""
@@ -77,6 +82,7 @@ class CascadeSettings:
             cpu_s=self.cpu_s,
             max_file_mb=self.max_file_mb,
             unsafe_no_sandbox=self.unsafe_no_sandbox,
+            compilation_cache=(str(compilation_cache_dir()) if self.compilation_cache else None),
         )
 
     def job_settings(self) -> dict:
@@ -86,15 +92,37 @@ class CascadeSettings:
 
 @dataclass(frozen=True)
 class PlannedRun:
-    """One training run of the cascade: its stage, config and whether its env is held out."""
+    """One scored segment of the cascade: its stage, config, where it stops, and whether its
+    env is held out.
+
+    A short run is the first segment of the first training env's full run (same config, same
+    compiled program, learning rate annealed over the whole run), stopped at `updates`; the
+    full run continues it from there.
+    """
 
     stage: str  # "short" | "full"
     config: PPOConfig
     heldout: bool
+    updates: int  # the update this segment stops at (config.num_updates for a full run)
+
+    @property
+    def key(self) -> str:
+        """Identifies the segment's reference (baseline and random returns)."""
+        return f"{self.config.config_hash()}@{self.updates}"
+
+    @property
+    def steps(self) -> int:
+        """Environment steps trained by the end of this segment."""
+        return self.updates * self.config.batch_size
 
 
 def plan_runs(settings: CascadeSettings) -> list[PlannedRun]:
-    """Every training run stages 3 and 4 make, in order (the trainer and the parent agree)."""
+    """Every scored segment stages 3 and 4 train, in order (the trainer and the parent agree).
+
+    The short run is the first `short_timesteps` (default: the suite's short budget) of the
+    first training env's full run; when that is the whole run, the short run is the full run
+    on that env and the plan holds it once, as "short", then "full" with the same key.
+    """
     suite = get_suite(settings.suite)
     chosen = settings.envs
     envs = [e for e in (chosen or suite.envs) if e in suite.envs]
@@ -104,14 +132,16 @@ def plan_runs(settings: CascadeSettings) -> list[PlannedRun]:
     plan = []
     if not settings.skip_short:
         full = suite.config(envs[0], settings.total_timesteps)
-        short = settings.short_timesteps or suite.short_budget
-        plan.append(
-            PlannedRun("short", suite.config(envs[0], min(int(short), full.total_timesteps)), False)
-        )
-    plan += [PlannedRun("full", suite.config(env, settings.total_timesteps), False) for env in envs]
-    plan += [
-        PlannedRun("full", suite.config(env, settings.total_timesteps), True) for env in heldout
-    ]
+        short = int(settings.short_timesteps or suite.short_budget)
+        updates = min(full.num_updates, max(1, -(-short // full.batch_size)))
+        plan.append(PlannedRun("short", full, False, updates))
+
+    def full_run(env: str, held: bool) -> PlannedRun:
+        config = suite.config(env, settings.total_timesteps)
+        return PlannedRun("full", config, held, config.num_updates)
+
+    plan += [full_run(env, False) for env in envs]
+    plan += [full_run(env, True) for env in heldout]
     return plan
 
 

@@ -29,7 +29,7 @@ from metarl.evaluation.settings import CascadeSettings, PlannedRun, plan_runs
 from metarl.rl.artifact import ArtifactRejected, decode, encode, export_variants, load_variants
 from metarl.rl.configs import PPOConfig
 from metarl.rl.scoring import aggregate
-from metarl.rl.training import EnvRun, random_policy_return, run_training
+from metarl.rl.training import BatchProgram, EnvRun, random_policy_return
 from metarl.tasks import Task
 from metarl.tasks.candidate import candidate_namespace, load_function
 from metarl.tasks.probing import describe_exception, fingerprint, register_candidate_source
@@ -183,20 +183,12 @@ def load_artifact(task: Task, artifact: object, platform: str) -> Callable:
     return task.assemble(calls)
 
 
-def train_checked(task: Task, function: Callable, config: PPOConfig, seeds: list[int]) -> EnvRun:
-    """Train `function` plugged into PPO; fail at the first non-finite or negative-drift update.
+def check_run(run: EnvRun, config: PPOConfig) -> None:
+    """Fail the candidate at the first non-finite or negative-drift update of `run`.
 
     Raises:
-        StageFailure: training raised, or broke an invariant (the update and seed are named).
+        StageFailure: the run broke an invariant (the update and seed are named).
     """
-    try:
-        run = run_training(config, task.plug(function), seeds)
-    except Exception as error:
-        raise StageFailure(
-            describe_exception(
-                error, f"training on {config.env_name} ({config.total_timesteps} steps)"
-            )
-        ) from error
     if run.nonfinite_update is not None:
         raise StageFailure(
             f"training produced NaN/inf at update {run.nonfinite_update + 1} of "
@@ -209,7 +201,6 @@ def train_checked(task: Task, function: Callable, config: PPOConfig, seeds: list
             f"{run.negative_drift_update + 1} of {config.num_updates} on {config.env_name} "
             f"(seed {run.negative_drift_seed}); a drift must be >= 0 on every minibatch"
         )
-    return run
 
 
 def short_run_reason(score: EnvScore, threshold: float, baseline_name: str) -> str:
@@ -223,7 +214,7 @@ def short_run_reason(score: EnvScore, threshold: float, baseline_name: str) -> s
 
 
 def _score(run: EnvRun, entry: PlannedRun, references: dict[str, dict]) -> EnvScore:
-    reference = references[entry.config.config_hash()]
+    reference = references[entry.key]
     return env_score(
         run.to_dict(),
         reference["baseline_mean"],
@@ -233,45 +224,195 @@ def _score(run: EnvRun, entry: PlannedRun, references: dict[str, dict]) -> EnvSc
     )
 
 
-def _train_and_score(
+def group_by_config(plan: list[PlannedRun]) -> list[list[PlannedRun]]:
+    """The plan's segments grouped by run (same config), in order: each group is one program."""
+    groups: list[list[PlannedRun]] = []
+    for entry in plan:
+        if groups and groups[-1][0].config == entry.config:
+            groups[-1].append(entry)
+        else:
+            groups.append([entry])
+    return groups
+
+
+@dataclass
+class _Candidate:
+    """A candidate in the trainer: its position in the batch, function and outcome so far."""
+
+    index: int
+    function: Callable
+    outcome: Outcome
+
+
+def _add(timings: dict[str, float], key: str, seconds: float) -> None:
+    timings[key] = timings.get(key, 0.0) + seconds
+
+
+def _prepare(
     task: Task,
-    function: Callable,
+    index: int,
+    artifact: object,
+    probe_seed: int,
+    platform: str,
+    known_fingerprints: dict[str, str],
+    report: Report,
+) -> _Candidate | Outcome:
+    """Stage 2 on one artifact: verify, probe, fingerprint; an Outcome when it stops here."""
+    outcome = Outcome(passed=False, stage="probes")
+    start = time.perf_counter()
+    try:
+        report("stage", index=index, stage="probes")
+        function = load_artifact(task, artifact, platform)
+        outcome.timings["load_artifact"] = time.perf_counter() - start
+        if task.probes is not None:
+            probed = task.probes(function, int(probe_seed))
+            if not probed.ok:
+                raise StageFailure(f"the exported program failed the probes: {probed.reason}")
+        if task.fingerprint_inputs is not None:
+            try:
+                outcome.fingerprint = fingerprint(function, task.fingerprint_inputs())
+            except Exception as error:  # ProbeFailure and the like
+                raise StageFailure(str(error)) from error
+            report("fingerprint", index=index, fingerprint=outcome.fingerprint)
+            if outcome.fingerprint in known_fingerprints:
+                outcome.duplicate_of = known_fingerprints[outcome.fingerprint]
+                raise StageFailure(f"behaves identically to candidate {outcome.duplicate_of}")
+    except StageFailure as failure:
+        outcome.reason = failure.reason
+    except MemoryError:
+        outcome.reason = (
+            "ran out of memory in stage probes (MemoryError); keep intermediate arrays the "
+            "size of the inputs"
+        )
+    except Exception as error:  # anything the stage wrappers did not anticipate
+        outcome.reason = describe_exception(error, "running stage probes")
+    outcome.timings["probes"] = (
+        time.perf_counter() - start - outcome.timings.get("load_artifact", 0.0)
+    )
+    if outcome.reason is not None:
+        return outcome
+    return _Candidate(index, function, outcome)
+
+
+def _train_group(
+    task: Task,
+    group: list[PlannedRun],
+    alive: list[_Candidate],
     settings: CascadeSettings,
     references: dict[str, dict],
-    clock: _StageClock,
-    outcome: Outcome,
-    warnings: list[str],
-) -> None:
-    """Stages 3 and 4 as planned from the settings (the same plan the parent scores)."""
+    report: Report,
+) -> list[_Candidate]:
+    """Train every live candidate through one run's segments with one compiled program.
+
+    Returns:
+        The candidates still alive afterwards; the others' outcomes say why they stopped.
+    """
     seeds = list(range(int(settings.seeds)))
     threshold = float(settings.short_run_threshold)
-    reused = None
-    for entry in plan_runs(settings):
-        if entry.stage != clock.stage:
-            clock.enter(entry.stage)
-        if reused is not None and entry.stage == "full" and reused[0] == entry.config:
-            reused[1].stage = "full"  # the short run was this very run
-            continue
-        run = train_checked(task, function, entry.config, seeds)
-        clock.add("compile", run.compile_s)
-        clock.add("run", run.run_s)
-        score = _score(run, entry, references)
-        outcome.env_scores.append(score)
-        if entry.stage != "short":
-            continue
-        if score.normalised is None:
-            warnings.append(
-                f"short run: the normalised score on {score.env} is undefined (the "
-                "baseline is no better than a random policy at this budget); not filtered"
+    config = group[0].config
+    functions = [c.function for c in alive]
+    start = time.perf_counter()
+    program = BatchProgram(config, lambda i: task.select(functions, i), len(alive), seeds)
+    compile_share = (time.perf_counter() - start) / len(alive)
+    survivors = []
+    for position, candidate in enumerate(alive):
+        outcome = candidate.outcome
+        _add(outcome.timings, "compile", compile_share)
+        try:
+            runner, done = program.start(position), 0
+            for entry in group:
+                if entry.updates == done:  # the short run was the whole run: it is the full run
+                    outcome.env_scores[-1].stage = "full"
+                    continue
+                outcome.stage = entry.stage
+                report("stage", index=candidate.index, stage=entry.stage)
+                runner, run = program.advance(runner, position, entry.updates)
+                done = entry.updates
+                _add(outcome.timings, "run", run.run_s)
+                _add(outcome.timings, entry.stage, run.run_s)
+                run.compile_s = compile_share
+                check_run(run, config)
+                score = _score(run, entry, references)
+                outcome.env_scores.append(score)
+                if entry.stage == "short":
+                    if score.normalised is None:
+                        outcome.warnings.append(
+                            f"short run: the normalised score on {score.env} is undefined (the "
+                            "baseline is no better than a random policy at this budget); not "
+                            "filtered"
+                        )
+                    elif score.normalised < threshold:
+                        raise StageFailure(short_run_reason(score, threshold, task.baseline_name))
+            survivors.append(candidate)
+        except StageFailure as failure:
+            outcome.reason = failure.reason
+        except MemoryError:
+            outcome.reason = (
+                f"ran out of memory in stage {outcome.stage} (MemoryError); keep intermediate "
+                "arrays the size of the inputs"
             )
-        elif score.normalised < threshold:
-            raise StageFailure(short_run_reason(score, threshold, task.baseline_name))
-        reused = (entry.config, score)
-    full = [s for s in outcome.env_scores if s.stage == "full"]
-    train_scores = [s.normalised for s in full if not s.heldout and s.normalised is not None]
-    held_scores = [s.normalised for s in full if s.heldout and s.normalised is not None]
-    outcome.fitness = aggregate(train_scores) if train_scores else None
-    outcome.heldout = aggregate(held_scores) if held_scores else None
+        except Exception as error:  # a runtime error of this candidate's program
+            outcome.reason = describe_exception(
+                error, f"training on {config.env_name} ({config.total_timesteps} steps)"
+            )
+    return survivors
+
+
+def evaluate_artifacts(
+    task: Task,
+    artifacts: list[object],
+    settings: CascadeSettings,
+    references: dict[str, dict],
+    probe_seeds: list[int],
+    platform: str,
+    known_fingerprints: dict[str, str] | None = None,
+    report: Report = ignore,
+) -> list[Outcome]:
+    """Stages 2-4 for a batch of exported candidates; never executes candidate Python.
+
+    Each artifact is verified, probed and fingerprinted on its own (a bad one stops alone);
+    the rest are trained together: one compiled program per planned run (environment), in
+    which a candidate index selects the candidate (rl/training.py's BatchProgram). The short
+    run is the first segment of the first env's run; the candidates below the threshold stop
+    there and the others continue.
+
+    Args:
+        task: the task the artifacts implement.
+        artifacts: encoded artifacts from `trace_candidate` (untrusted: verified here).
+        settings: the cascade settings (suite, budgets, seeds, threshold).
+        references: PlannedRun.key -> {"baseline_mean", "random_mean"} for every segment.
+        probe_seeds: one per artifact; seeds the trusted probes (inputs the tracer never saw).
+        platform: the JAX platform the artifacts were exported for.
+        known_fingerprints: fingerprint -> candidate id; a candidate behaving like one of them
+            stops after the probes as its duplicate.
+        report: receives `stage` and `fingerprint` events, each with the candidate's `index`.
+
+    Returns:
+        One Outcome per artifact, in order.
+    """
+    known = known_fingerprints or {}
+    outcomes: list[Outcome] = []
+    alive: list[_Candidate] = []
+    for index, (artifact, probe_seed) in enumerate(zip(artifacts, probe_seeds)):
+        prepared = _prepare(task, index, artifact, probe_seed, platform, known, report)
+        if isinstance(prepared, Outcome):
+            outcomes.append(prepared)
+        else:
+            outcomes.append(prepared.outcome)
+            alive.append(prepared)
+    for group in group_by_config(plan_runs(settings)):
+        if not alive:
+            break
+        alive = _train_group(task, group, alive, settings, references, report)
+    for candidate in alive:
+        outcome = candidate.outcome
+        outcome.passed, outcome.stage = True, "full"
+        full = [s for s in outcome.env_scores if s.stage == "full"]
+        train_scores = [s.normalised for s in full if not s.heldout and s.normalised is not None]
+        held_scores = [s.normalised for s in full if s.heldout and s.normalised is not None]
+        outcome.fitness = aggregate(train_scores) if train_scores else None
+        outcome.heldout = aggregate(held_scores) if held_scores else None
+    return outcomes
 
 
 def evaluate_artifact(
@@ -283,79 +424,34 @@ def evaluate_artifact(
     platform: str,
     report: Report = ignore,
 ) -> Outcome:
-    """Stages 2-4 for one exported candidate; never executes candidate Python.
-
-    Args:
-        task: the task the artifact implements.
-        artifact: the encoded artifact from `trace_candidate` (untrusted: verified here).
-        settings: the cascade settings (suite, budgets, seeds, threshold).
-        references: config hash -> {"baseline_mean", "random_mean"} for every planned run.
-        probe_seed: seeds the trusted probes (the parent picks one the tracer never saw).
-        platform: the JAX platform the artifact was exported for.
-        report: receives `stage` and `fingerprint` events as they happen.
-
-    Returns:
-        The Outcome: passed at "full" with scores, or the stage that stopped it and why.
-    """
-    outcome = Outcome(passed=False, stage="probes")
-    clock = _StageClock(report)
-    warnings: list[str] = []
-    try:
-        clock.enter("probes")
-        start = time.perf_counter()
-        function = load_artifact(task, artifact, platform)
-        clock.add("load_artifact", time.perf_counter() - start)
-        if task.probes is not None:
-            probed = task.probes(function, int(probe_seed))
-            if not probed.ok:
-                raise StageFailure(f"the exported program failed the probes: {probed.reason}")
-        if task.fingerprint_inputs is not None:
-            try:
-                outcome.fingerprint = fingerprint(function, task.fingerprint_inputs())
-            except Exception as error:  # ProbeFailure and the like
-                raise StageFailure(str(error)) from error
-            report("fingerprint", fingerprint=outcome.fingerprint)
-        _train_and_score(task, function, settings, references, clock, outcome, warnings)
-        outcome.passed = True
-        outcome.stage = "full"
-    except StageFailure as failure:
-        outcome.stage, outcome.reason = clock.stage, failure.reason
-    except MemoryError:
-        outcome.stage = clock.stage
-        outcome.reason = (
-            f"ran out of memory in stage {clock.stage} (MemoryError); keep intermediate "
-            "arrays the size of the inputs"
-        )
-    except Exception as error:  # anything the stage wrappers did not anticipate
-        outcome.stage = clock.stage
-        outcome.reason = describe_exception(error, f"running stage {clock.stage}")
-    clock.enter(None)
-    outcome.warnings = warnings
-    outcome.timings = clock.timings
-    return outcome
+    """Stages 2-4 for one exported candidate: the batch of one of `evaluate_artifacts`."""
+    return evaluate_artifacts(
+        task, [artifact], settings, references, [probe_seed], platform, report=report
+    )[0]
 
 
 def train_baselines(
     task: Task,
     settings: CascadeSettings,
-    config_hashes: list[str],
+    keys: list[str],
     platform: str,
     report: Report = ignore,
 ) -> BaselineRuns:
-    """The task's baseline program on the requested configs, and each env's random return.
+    """The task's baseline program on the requested segments, and each env's random return.
 
-    The baseline is the task's baseline seed program (trusted source) exported and loaded
-    exactly as a candidate's is, so a candidate identical to it scores exactly 1.0.
+    The baseline is the task's baseline seed program (trusted source) exported, loaded and
+    trained exactly as a candidate's is (the same segments of the same kind of program), so a
+    candidate identical to it scores exactly 1.0.
 
     Args:
         task: the task whose baseline program is trained.
-        settings: the cascade settings whose plan holds the configs.
-        config_hashes: which planned configs to train.
+        settings: the cascade settings whose plan holds the segments.
+        keys: which planned segments (PlannedRun.key) to train.
         platform: the JAX platform to export for.
         report: receives `stage` events.
 
     Returns:
-        The runs and the random-policy return of every env they cover.
+        The runs (each with its `key`) and the random-policy return of every env they cover.
 
     Raises:
         StageFailure: the baseline program broke an invariant (a bug, not a candidate's fault).
@@ -367,21 +463,28 @@ def train_baselines(
     blobs = export_variants(per_element, task.element_signature, platform)
     function = task.assemble(load_variants(blobs, task.element_signature, platform))
     seeds = list(range(int(settings.seeds)))
-    wanted = set(config_hashes)
+    wanted = set(keys)
     clock.enter("full")
     runs, randoms = [], {}
-    for entry in plan_runs(settings):
-        key = entry.config.config_hash()
-        if key not in wanted:
+    for group in group_by_config(plan_runs(settings)):
+        if not wanted.intersection(entry.key for entry in group):
             continue
-        wanted.discard(key)
-        run = train_checked(task, function, entry.config, seeds)
-        clock.add("compile", run.compile_s)
-        clock.add("run", run.run_s)
-        runs.append({"config_hash": key, **run.to_dict()})
-        if entry.config.env_name not in randoms:
+        config = group[0].config
+        program = BatchProgram(config, lambda i: task.select([function], i), 1, seeds)
+        clock.add("compile", program.compile_s)
+        runner = program.start(0)
+        for entry in group:
+            if runner is None or entry.key not in wanted:
+                continue
+            wanted.discard(entry.key)
+            runner, run = program.advance(runner, 0, entry.updates)
+            run.compile_s = program.compile_s
+            check_run(run, config)
+            clock.add("run", run.run_s)
+            runs.append({"key": entry.key, **run.to_dict()})
+        if config.env_name not in randoms:
             start = time.perf_counter()
-            randoms[entry.config.env_name] = random_policy_return(entry.config.env_name)
+            randoms[config.env_name] = random_policy_return(config.env_name)
             clock.add("random_return", time.perf_counter() - start)
     clock.enter(None)
     return BaselineRuns(runs=runs, random=randoms, timings=clock.timings)

@@ -180,12 +180,20 @@ def run(job: dict, report) -> dict:
     settings = CascadeSettings(**job["settings"])
     if kind == "baseline":
         return stages.train_baselines(
-            task, settings, job["config_hashes"], job["platform"], report
+            task, settings, job["keys"], job["platform"], report
         ).to_dict()
-    references = {r["config_hash"]: r for r in job.get("references", [])}
-    return stages.evaluate_artifact(
-        task, job["artifact"], settings, references, int(job["probe_seed"]), job["platform"], report
-    ).to_dict()
+    references = {r["key"]: r for r in job.get("references", [])}
+    outcomes = stages.evaluate_artifacts(
+        task,
+        job["artifacts"],
+        settings,
+        references,
+        [int(seed) for seed in job["probe_seeds"]],
+        job["platform"],
+        job.get("known_fingerprints") or {},
+        report,
+    )
+    return {"outcomes": [outcome.to_dict() for outcome in outcomes]}
 
 
 def preload_until_job() -> float:
@@ -234,6 +242,9 @@ def main(argv: list[str] | None = None) -> None:
     import metarl.tasks  # noqa: F401
     import metarl.tasks.probing  # noqa: F401
 
+    cache = os.environ.get("METARL_XLA_CACHE")
+    if cache and args.role == "trainer":  # a tracer never gets one (sandbox.py)
+        jax.config.update("jax_compilation_cache_dir", cache)
     jax.block_until_ready(jax.jit(lambda x: x + 1)(jnp.zeros(2)))  # initialise the XLA backend
     if network != "netns":
         stub_sockets()
@@ -262,9 +273,11 @@ def main(argv: list[str] | None = None) -> None:
         if (kind == "trace") != (args.role == "tracer") and kind != "introspect":
             raise ValueError(f"a {args.role} does not run {kind!r} jobs")
         payload = run(job, channel.send)
-        if kind not in ("trace", "baseline", "introspect"):
-            payload.setdefault("timings", {})["preload"] = preload_s
-            payload["timings"]["worker_job"] = time.perf_counter() - job_start
+        if kind == "evaluate":
+            payload["timings"] = {
+                "preload": preload_s,
+                "worker_job": time.perf_counter() - job_start,
+            }
         channel.send("result", kind=job.get("kind", "evaluate"), payload=payload, network=network)
     except BaseException as error:  # noqa: BLE001 - an evaluator error, not the candidate's
         import traceback

@@ -7,6 +7,7 @@ was truncated by the time limit, and the observation it was truncated at (`final
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 import gymnax
@@ -43,7 +44,7 @@ class FlatDiscreteEnv:
                 f"{name} has a continuous action space; metarl's PPO is discrete"
             )
         self.num_actions = int(action_space.n)
-        self.obs_size = int(jnp.prod(jnp.array(self.env.observation_space(self.params).shape)))
+        self.obs_size = math.prod(self.env.observation_space(self.params).shape)
         self.max_steps = int(getattr(self.params, "max_steps_in_episode", 0))
 
     @staticmethod

@@ -1,9 +1,11 @@
 """PPO in the purejaxrl style, with the two components metarl discovers plugged in.
 
 `make_train(config, components)` returns `train(rng) -> TrainResult`, a pure function that is
-jitted end to end and vmapped over seeds by the caller. Its structure mirrors the algorithm:
+jitted end to end and vmapped over seeds by the caller; `make_trainer` gives the same run as
+`init` and `segment(runner, stop)`, so a run can stop after its first segment (the cascade's
+short run) and go on later with the same compiled program. The structure mirrors the algorithm:
 
-    for each update (lax.scan):
+    for each update (lax.while_loop up to the segment's traced stop):
         collect num_steps x num_envs transitions          (lax.scan over env steps)
         compute GAE advantages, bootstrapping time-limit truncations from V(final_obs)
         for each epoch, for each minibatch                 (lax.scan, lax.scan)
@@ -18,7 +20,7 @@ jit would otherwise train on and report a plausible return.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -42,6 +44,14 @@ class Transition(NamedTuple):
     final_obs: jax.Array
 
 
+class Trainer(NamedTuple):
+    """One seed's training as pure functions: `init(rng) -> Runner` and
+    `segment(runner, stop) -> (Runner, TrainResult)`, which runs updates up to `stop`."""
+
+    init: Callable
+    segment: Callable
+
+
 class Batch(NamedTuple):
     """What the loss needs from a transition (the rest stays out of the minibatch shuffles)."""
 
@@ -49,6 +59,24 @@ class Batch(NamedTuple):
     action: jax.Array
     log_prob: jax.Array
     value: jax.Array
+
+
+class Runner(NamedTuple):
+    """Everything one seed's training carries from update to update (and across segments)."""
+
+    params: Any
+    opt_state: Any
+    env_state: Any
+    obs: jax.Array
+    episodes: tuple[jax.Array, jax.Array]  # per env: running return, last finished return
+    key: jax.Array
+    update: jax.Array  # int32: updates done so far
+    first_nonfinite: jax.Array  # int32, -1 while every update stayed finite
+    first_negative_drift: jax.Array  # int32, -1 while the drift stayed >= -tolerance
+    min_drift: jax.Array  # the smallest drift value of any minibatch so far
+    log: jax.Array  # [num_log_points, 5] sums: return, episodes, actor, value, entropy
+    tail_start: jax.Array  # int32: episodes ending from this update on count in `tail`
+    tail: jax.Array  # [2]: return sum and episode count of the current segment's tail
 
 
 class TrainResult(NamedTuple):
@@ -111,8 +139,12 @@ def _tree_all_finite(tree: Any) -> jax.Array:
 NEGATIVE_DRIFT_TOLERANCE = 1e-5
 
 
-def make_train(config: PPOConfig, components: Components = Components()):
-    """Build `train(rng) -> TrainResult` for one seed; vmap it over seeds and jit.
+def make_trainer(config: PPOConfig, components: Components = Components()) -> Trainer:
+    """Build the `Trainer` (init, segment) of one seed; vmap it over seeds and jit.
+
+    A run is one or more segments of the same program: the update count to stop at is a traced
+    value, so the cascade's short run is the first segment of the full run (learning rate
+    annealed over the whole run) and continuing it costs no second compile.
 
     Besides the returns, the run records the invariants of the plugged-in components as it
     trains: the first update whose loss, parameters or optimizer state stop being finite, and
@@ -137,9 +169,9 @@ def make_train(config: PPOConfig, components: Components = Components()):
     buckets = np.arange(num_updates) * num_points // num_updates
     updates_per_bucket = np.bincount(buckets, minlength=num_points)
     bucket_end_steps = (np.cumsum(updates_per_bucket) * config.batch_size).astype(np.int32)
-    # The final return is the mean return of episodes that ended in the last 10% of updates;
-    # when none did (episodes longer than that window), each env's last finished episode.
-    tail_start = num_updates - max(1, num_updates // 10)
+    # The final return is the mean return of episodes that ended in the last 10% of a
+    # segment's updates; when none did (episodes longer than that window), each env's last
+    # finished episode.
 
     def loss_fn(params, batch: Batch, advantage, target):
         logits, value = network.apply(params, batch.obs)
@@ -206,15 +238,14 @@ def make_train(config: PPOConfig, components: Components = Components()):
         minibatches = jax.tree.map(to_minibatches, (batch, advantages, targets))
         return jax.lax.scan(update_minibatch, (params, opt_state), minibatches)
 
-    def update(runner, update_index):
-        params, opt_state, env_state, obs, episodes, first_bad, log, tail, key = runner[:9]
-        first_negative, lowest = runner[9:]
-        key, key_rollout, key_epochs = jax.random.split(key, 3)
-
-        (params, env_state, obs, *episodes), (traj, (ret_sum, ret_count)) = jax.lax.scan(
-            env_step,
-            (params, env_state, obs, *episodes),
-            jax.random.split(key_rollout, config.num_steps),
+    def update(runner: Runner) -> Runner:
+        key, key_rollout, key_epochs = jax.random.split(runner.key, 3)
+        (params, env_state, obs, episode_return, last_return), (traj, (ret_sum, ret_count)) = (
+            jax.lax.scan(
+                env_step,
+                (runner.params, runner.env_state, runner.obs, *runner.episodes),
+                jax.random.split(key_rollout, config.num_steps),
+            )
         )
         _, last_value = network.apply(params, obs)
         # One batched forward pass over the whole rollout, cheaper than one per env step.
@@ -225,66 +256,84 @@ def make_train(config: PPOConfig, components: Components = Components()):
 
         (params, opt_state), (total, (actor, value, ent, min_drift)) = jax.lax.scan(
             lambda c, k: update_epoch(c, k, traj, advantages, targets),
-            (params, opt_state),
+            (params, runner.opt_state),
             jax.random.split(key_epochs, config.update_epochs),
         )
+        index = runner.update
         finite = jnp.all(jnp.isfinite(total)) & _tree_all_finite((params, opt_state))
-        first_bad = jnp.where((first_bad < 0) & ~finite, update_index, first_bad)
         min_drift = jnp.min(min_drift)
         negative = min_drift < -NEGATIVE_DRIFT_TOLERANCE
-        first_negative = jnp.where((first_negative < 0) & negative, update_index, first_negative)
-        lowest = jnp.minimum(lowest, min_drift)
-        bucket = update_index * num_points // num_updates
+        bucket = index * num_points // num_updates
         metrics = jnp.stack(
             [ret_sum.sum(), ret_count.sum(), actor.mean(), value.mean(), ent.mean()]
         )
-        log = log.at[bucket].add(metrics)
-        in_tail = update_index >= tail_start
-        tail = tail + in_tail * jnp.stack([ret_sum.sum(), ret_count.sum()])
-        runner = (
-            params,
-            opt_state,
-            env_state,
-            obs,
-            tuple(episodes),
-            first_bad,
-            log,
-            tail,
-            key,
-            first_negative,
-            lowest,
+        in_tail = index >= runner.tail_start
+        return Runner(
+            params=params,
+            opt_state=opt_state,
+            env_state=env_state,
+            obs=obs,
+            episodes=(episode_return, last_return),
+            key=key,
+            update=index + 1,
+            first_nonfinite=jnp.where(
+                (runner.first_nonfinite < 0) & ~finite, index, runner.first_nonfinite
+            ),
+            first_negative_drift=jnp.where(
+                (runner.first_negative_drift < 0) & negative, index, runner.first_negative_drift
+            ),
+            min_drift=jnp.minimum(runner.min_drift, min_drift),
+            log=runner.log.at[bucket].add(metrics),
+            tail_start=runner.tail_start,
+            tail=runner.tail + in_tail * jnp.stack([ret_sum.sum(), ret_count.sum()]),
         )
-        return runner, None
 
-    def train(rng: jax.Array) -> TrainResult:
+    def init(rng: jax.Array) -> Runner:
         rng, key_init, key_reset = jax.random.split(rng, 3)
         params = network.init(key_init, jnp.zeros((env.obs_size,), jnp.float32))
-        opt_state = optimizer.init(params)
         obs, env_state = jax.vmap(env.reset)(jax.random.split(key_reset, config.num_envs))
-        runner = (
-            params,
-            opt_state,
-            env_state,
-            obs,
-            (  # running return of the current episode, and of the last finished one, per env
+        return Runner(
+            params=params,
+            opt_state=optimizer.init(params),
+            env_state=env_state,
+            obs=obs,
+            episodes=(  # running return of the current episode, and of the last finished one
                 jnp.zeros((config.num_envs,), jnp.float32),
                 jnp.full((config.num_envs,), jnp.nan, jnp.float32),
             ),
-            jnp.asarray(-1, jnp.int32),
-            jnp.zeros((num_points, 5), jnp.float32),
-            jnp.zeros((2,), jnp.float32),
-            rng,
-            jnp.asarray(-1, jnp.int32),
-            jnp.asarray(jnp.inf, jnp.float32),
+            key=rng,
+            update=jnp.asarray(0, jnp.int32),
+            first_nonfinite=jnp.asarray(-1, jnp.int32),
+            first_negative_drift=jnp.asarray(-1, jnp.int32),
+            min_drift=jnp.asarray(jnp.inf, jnp.float32),
+            log=jnp.zeros((num_points, 5), jnp.float32),
+            tail_start=jnp.asarray(0, jnp.int32),
+            tail=jnp.zeros((2,), jnp.float32),
         )
-        runner, _ = jax.lax.scan(update, runner, jnp.arange(num_updates))
-        ret_sum, episodes, actor, value, ent = runner[6].T
-        tail_sum, tail_count = runner[7]
-        last_finished = runner[4][1]
+
+    def segment(runner: Runner, stop: jax.Array) -> tuple[Runner, TrainResult]:
+        """Run updates runner.update .. stop-1 and summarise the run so far.
+
+        The final return is that of the episodes ended in the last 10% of this segment's
+        updates (of the whole run, when the segment starts at update 0 and stops at the end).
+        """
+        stop = jnp.asarray(stop, jnp.int32)
+        length = stop - runner.update
+        runner = runner._replace(
+            tail_start=stop - jnp.maximum(1, length // 10), tail=jnp.zeros((2,), jnp.float32)
+        )
+        runner = jax.lax.while_loop(lambda r: r.update < stop, update, runner)
+        return runner, summarise(runner)
+
+    def summarise(runner: Runner) -> TrainResult:
+        ret_sum, episodes, actor, value, ent = runner.log.T
+        tail_sum, tail_count = runner.tail
         final_return = jnp.where(
-            tail_count > 0, tail_sum / jnp.maximum(tail_count, 1), jnp.nanmean(last_finished)
+            tail_count > 0,
+            tail_sum / jnp.maximum(tail_count, 1),
+            jnp.nanmean(runner.episodes[1]),
         )
-        per_update = jnp.asarray(updates_per_bucket, jnp.float32)
+        per_update = jnp.asarray(np.maximum(updates_per_bucket, 1), jnp.float32)
         return TrainResult(
             steps=jnp.asarray(bucket_end_steps),
             episode_return=jnp.where(episodes > 0, ret_sum / jnp.maximum(episodes, 1), jnp.nan),
@@ -292,10 +341,22 @@ def make_train(config: PPOConfig, components: Components = Components()):
             actor_loss=actor / per_update,
             value_loss=value / per_update,
             entropy=ent / per_update,
-            first_nonfinite_update=runner[5],
-            first_negative_drift_update=runner[9],
-            min_drift=runner[10],
+            first_nonfinite_update=runner.first_nonfinite,
+            first_negative_drift_update=runner.first_negative_drift,
+            min_drift=runner.min_drift,
             final_return=final_return,
         )
+
+    return Trainer(init=init, segment=segment)
+
+
+def make_train(config: PPOConfig, components: Components = Components()):
+    """Build `train(rng) -> TrainResult` for one seed (the whole run as one segment); vmap it
+    over seeds and jit."""
+    trainer = make_trainer(config, components)
+
+    def train(rng: jax.Array) -> TrainResult:
+        _, result = trainer.segment(trainer.init(rng), config.num_updates)
+        return result
 
     return train

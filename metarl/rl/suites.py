@@ -2,14 +2,20 @@
 
 A suite has training environments (what selection sees) and held-out environments (scored
 for the leaderboard only). Budgets are per environment; `short_budget` is the cascade's cheap
-first look at the first training environment.
+first look at the first training environment. A suite may carry published PPO returns
+(`published`: source label -> env -> mean final return) that scores are also normalised
+against, next to this machine's own baseline.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Mapping
 
 from metarl.rl.configs import PPOConfig, default_config
+
+# source label -> env -> the published PPO mean final return
+PublishedReturns = Mapping[str, Mapping[str, float]]
 
 
 class UnknownSuite(KeyError):
@@ -27,6 +33,7 @@ class Suite:
     default_seeds: int = 4
     overrides: dict = field(default_factory=dict)
     description: str = ""
+    published: PublishedReturns = field(default_factory=dict)
 
     def config(self, env_name: str, total_timesteps: int | None = None) -> PPOConfig:
         return default_config(
@@ -60,17 +67,28 @@ SUITES: dict[str, Suite] = {
         ),
         Suite(
             "minatar",
-            envs=(
-                "Breakout-MinAtar",
-                "Asterix-MinAtar",
-                "Freeway-MinAtar",
-                "SpaceInvaders-MinAtar",
-            ),
+            # DiscoBench's split: train on Breakout and Freeway, hold out Asterix and
+            # SpaceInvaders
+            envs=("Breakout-MinAtar", "Freeway-MinAtar"),
             total_timesteps=10_000_000,
             short_budget=1_000_000,
-            heldout=(),
+            heldout=("Asterix-MinAtar", "SpaceInvaders-MinAtar"),
             default_seeds=8,
-            description="four MinAtar games at 1e7 steps: for a GPU",
+            description="MinAtar at 1e7 steps, DiscoBench's split: for a GPU",
+            published={
+                "learn-rl-algorithms": {
+                    "Breakout-MinAtar": 50.08,
+                    "Asterix-MinAtar": 15.04,
+                    "Freeway-MinAtar": 61.84,
+                    "SpaceInvaders-MinAtar": 167.09,
+                },
+                "DiscoBench": {
+                    "Breakout-MinAtar": 69.91,
+                    "Asterix-MinAtar": 17.02,
+                    "Freeway-MinAtar": 61.82,
+                    "SpaceInvaders-MinAtar": 180.88,
+                },
+            },
         ),
     )
 }
@@ -78,6 +96,17 @@ SUITES: dict[str, Suite] = {
 
 def suite_names() -> list[str]:
     return list(SUITES)
+
+
+def published_returns(env_name: str) -> dict[str, float]:
+    """The published PPO returns for `env_name` from every suite that has them: label ->
+    return ({} for an env without any)."""
+    found: dict[str, float] = {}
+    for suite in SUITES.values():
+        for label, returns in suite.published.items():
+            if env_name in returns:
+                found.setdefault(label, float(returns[env_name]))
+    return found
 
 
 def get_suite(name: str) -> Suite:

@@ -12,7 +12,7 @@ import time
 import warnings
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
-from typing import Sequence
+from typing import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -20,7 +20,7 @@ import numpy as np
 
 from metarl.rl.configs import PPOConfig
 from metarl.rl.environments import make_env
-from metarl.rl.ppo import Components, make_train
+from metarl.rl.ppo import Components, make_train, make_trainer
 
 
 @dataclass
@@ -82,6 +82,99 @@ def _first_event(first_update: jax.Array, seeds: list[int]) -> tuple[int | None,
     return int(first[worst]), seeds[worst]
 
 
+def summarise(
+    config: PPOConfig,
+    seeds: list[int],
+    result,
+    updates: int,
+    compile_s: float,
+    run_s: float,
+) -> EnvRun:
+    """An EnvRun from a vmapped TrainResult after `updates` updates."""
+    returns = np.asarray(result.episode_return)  # [seeds, points]
+    nonfinite_update, nonfinite_seed = _first_event(result.first_nonfinite_update, seeds)
+    negative_update, negative_seed = _first_event(result.first_negative_drift_update, seeds)
+    min_drift = float(np.min(np.asarray(result.min_drift)))
+    steps = np.asarray(result.steps)[0]
+    reached = int(np.searchsorted(steps, updates * config.batch_size, side="right"))
+    with warnings.catch_warnings():  # a bucket where no seed finished an episode stays NaN
+        warnings.simplefilter("ignore", RuntimeWarning)
+        curve = np.nanmean(returns[:, :reached], axis=0)
+    return EnvRun(
+        env=config.env_name,
+        seeds=seeds,
+        total_timesteps=updates * config.batch_size,
+        final_returns=[float(x) for x in np.asarray(result.final_return)],
+        curve_steps=[int(s) for s in steps[:reached]],
+        curve=_nan_to_none(curve),
+        compile_s=compile_s,
+        run_s=run_s,
+        nonfinite_update=nonfinite_update,
+        nonfinite_seed=nonfinite_seed,
+        negative_drift_update=negative_update,
+        negative_drift_seed=negative_seed,
+        min_drift=min_drift if math.isfinite(min_drift) else None,
+    )
+
+
+Select = Callable[[jax.Array], Components]
+
+
+class BatchProgram:
+    """One compiled PPO program for a batch of candidates on one config and set of seeds.
+
+    `select(index)` returns the Components of candidate `index` for a traced int32 index (a
+    `lax.switch` over the batch's functions, built by the task). The program is vmapped over
+    seeds only: each candidate's run is its own call of the shared program, so its numbers do
+    not depend on its batch-mates or its position (tested bit for bit), a NaN stays with its
+    candidate, and a candidate stopped after a segment simply is not called again. Compiled
+    once (`init` and `segment`, with the stop update a traced value), whatever the batch size.
+
+    Why calls rather than `vmap` over candidates: on the 2-core CPU a vmapped batch gains no
+    parallelism and its float rounding depends on the batch; `lax.map` would tie every
+    candidate to the slowest segment plan. See benchmarks/RESULTS.md for the measurements.
+    """
+
+    def __init__(self, config: PPOConfig, select: Select, size: int, seeds: Sequence[int]):
+        self.config = config
+        self.size = int(size)
+        self.seeds = [int(s) for s in seeds]
+        self._keys = seed_keys(self.seeds)
+
+        def init(keys, index):
+            return jax.vmap(make_trainer(config, select(index)).init)(keys)
+
+        def segment(runner, index, stop):
+            trainer = make_trainer(config, select(index))
+            return jax.vmap(trainer.segment, in_axes=(0, None))(runner, stop)
+
+        index = jnp.asarray(0, jnp.int32)
+        start = time.perf_counter()
+        self._init = jax.jit(init).lower(self._keys, index).compile()
+        runner_shape = jax.eval_shape(init, self._keys, index)
+        self._segment = jax.jit(segment).lower(runner_shape, index, index).compile()
+        self.compile_s = time.perf_counter() - start
+
+    def start(self, index: int):
+        """The initial (device-resident) state of candidate `index` on every seed."""
+        return self._init(self._keys, jnp.asarray(index, jnp.int32))
+
+    def advance(self, runner, index: int, stop: int) -> tuple[object, EnvRun]:
+        """Train candidate `index` from where `runner` is up to update `stop`.
+
+        Returns:
+            The new state and the run summarised so far (its final return: the episodes ended
+            in the last 10% of this segment's updates); `compile_s` is 0 (see `compile_s`).
+        """
+        start = time.perf_counter()
+        runner, result = self._segment(
+            runner, jnp.asarray(index, jnp.int32), jnp.asarray(stop, jnp.int32)
+        )
+        result = jax.block_until_ready(result)
+        run_s = time.perf_counter() - start
+        return runner, summarise(self.config, self.seeds, result, int(stop), 0.0, run_s)
+
+
 def run_training(config: PPOConfig, components: Components, seeds: Sequence[int]) -> EnvRun:
     """Train `components` with `config` on every seed at once and summarise the returns."""
     seeds = [int(s) for s in seeds]
@@ -95,31 +188,7 @@ def run_training(config: PPOConfig, components: Components, seeds: Sequence[int]
     start = time.perf_counter()
     result = jax.block_until_ready(compiled(keys))
     run_s = time.perf_counter() - start
-
-    returns = np.asarray(result.episode_return)  # [seeds, points]
-    nonfinite_update, nonfinite_seed = _first_event(result.first_nonfinite_update, seeds)
-    negative_update, negative_seed = _first_event(result.first_negative_drift_update, seeds)
-    min_drift = float(np.min(np.asarray(result.min_drift)))
-
-    final = np.asarray(result.final_return)
-    with warnings.catch_warnings():  # a bucket where no seed finished an episode stays NaN
-        warnings.simplefilter("ignore", RuntimeWarning)
-        curve = np.nanmean(returns, axis=0)
-    return EnvRun(
-        env=config.env_name,
-        seeds=seeds,
-        total_timesteps=config.num_updates * config.batch_size,
-        final_returns=[float(x) for x in final],
-        curve_steps=[int(s) for s in np.asarray(result.steps)[0]],
-        curve=_nan_to_none(curve),
-        compile_s=compile_s,
-        run_s=run_s,
-        nonfinite_update=nonfinite_update,
-        nonfinite_seed=nonfinite_seed,
-        negative_drift_update=negative_update,
-        negative_drift_seed=negative_seed,
-        min_drift=min_drift if math.isfinite(min_drift) else None,
-    )
+    return summarise(config, seeds, result, config.num_updates, compile_s, run_s)
 
 
 @lru_cache(maxsize=None)

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
+
+import jax
+import numpy as np
 
 from metarl.rl.artifact import ElementSignature
 from metarl.rl.components import Components
@@ -74,3 +77,39 @@ class Task:
     def baseline_program(self) -> SeedProgram:
         """The seed program whose scores define normalised score 1.0."""
         return self.seed_program(self.baseline_name)
+
+    def select(self, functions: Sequence[Callable], index: jax.Array) -> Components:
+        """The trainer's Components with `functions[index]` plugged in, for a traced index.
+
+        This is how one compiled program trains a whole batch of candidates (rl/training.py's
+        BatchProgram): each call of the program picks its candidate by index.
+        """
+        return self.plug(switch(functions, index))
+
+
+def switch(functions: Sequence[Callable], index: jax.Array) -> Callable:
+    """A function that calls `functions[index]` (`lax.switch`; `index` may be traced).
+
+    Arguments that are arrays become the switch's operands; Python numbers (the drift's
+    `epsilon`) are static and passed to every branch as they are.
+    """
+    functions = list(functions)
+    if len(functions) == 1:
+        return functions[0]
+
+    def call(*args):
+        static = {i: a for i, a in enumerate(args) if not isinstance(a, (jax.Array, np.ndarray))}
+        operands = [a for i, a in enumerate(args) if i not in static]
+
+        def branch(function: Callable) -> Callable:
+            def run(*values):
+                values = iter(values)
+                return function(
+                    *(static[i] if i in static else next(values) for i in range(len(args)))
+                )
+
+            return run
+
+        return jax.lax.switch(index, [branch(f) for f in functions], *operands)
+
+    return call

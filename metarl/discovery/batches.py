@@ -1,0 +1,98 @@
+"""The loop's evaluators and the batches it sends them.
+
+One evaluator per purpose ("child", "seed", "confirm"; settings from records.cascade_settings),
+started on first use. A batch is one `evaluate_batch` call, run on a daemon thread while the
+loop's thread checks the time budget (and stays responsive to Ctrl-C); `workers` is the
+evaluator's own concurrency. An evaluator fault, not a candidate's, fails every candidate of the
+batch with its reason, which is archived like any other failure.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable
+
+from metarl.discovery import records
+from metarl.discovery.config import DiscoverConfig
+from metarl.discovery.pool import DaemonPool, wait
+from metarl.evaluation.cascade import Evaluator
+from metarl.evaluation.outcome import Outcome
+
+logger = logging.getLogger(__name__)
+
+# the `submitted` event's fields for each purpose (confirmations are announced by a status line)
+SHOWN = {"child": ("id", "name", "operator"), "seed": ("id", "name"), "confirm": ()}
+
+
+def default_evaluator_factory(settings, workers: int) -> Evaluator:
+    return Evaluator(settings, workers=workers)
+
+
+class Batches:
+    """Evaluates batches of candidate rows for one run.
+
+    `factory(settings, workers)` builds an evaluator (`evaluate_batch`, `close`); `check()`
+    raises to give up waiting (the time budget); `emit(kind, data)` feeds the live display.
+    """
+
+    def __init__(
+        self,
+        config: DiscoverConfig,
+        task: str,
+        factory: Callable[[Any, int], Any] | None,
+        check: Callable[[], None],
+        emit: Callable[[str, dict], None],
+    ):
+        self.config = config
+        self.task = task
+        self.factory = factory or default_evaluator_factory
+        self.check = check
+        self.emit = emit
+        self.evaluators: dict[str, Any] = {}
+        self.pool = DaemonPool(1)
+
+    def evaluator(self, purpose: str):
+        if purpose not in self.evaluators:
+            if purpose == "child":
+                self.emit("status", {"text": "starting sandbox workers"})
+            workers = 1 if purpose == "confirm" else self.config.workers
+            settings = records.cascade_settings(self.config, purpose)
+            self.evaluators[purpose] = self.factory(settings, workers)
+        return self.evaluators[purpose]
+
+    def evaluate(
+        self, purpose: str, rows: list[dict], known: dict[str, str] | None = None
+    ) -> list[Outcome]:
+        """The Outcomes of the programs (`code`) of candidate rows `rows`, in order, in one
+        batch; `known` maps behaviour fingerprints to the candidates that have them."""
+        if not rows:
+            return []
+        self.check()
+        evaluator = self.evaluator(purpose)
+        for row in rows if SHOWN[purpose] else []:
+            self.emit("submitted", {k: row[k] for k in SHOWN[purpose]})
+        sources = [row["code"] for row in rows]
+        future = self.pool.submit(evaluator.evaluate_batch, sources, self.task, known)
+        wait(future, self.check)
+        try:
+            outcomes = list(future.result())
+            if len(outcomes) != len(rows):
+                raise RuntimeError(f"{len(outcomes)} outcomes for a batch of {len(rows)}")
+        except Exception as error:  # the evaluator itself failed: archive the reason
+            logger.exception("the %s evaluator failed on a batch of %d", purpose, len(rows))
+            reason = f"the evaluator failed: {type(error).__name__}: {error}"
+            return [Outcome.failure("full", reason) for _ in rows]
+        return outcomes
+
+    def close(self, purpose: str | None = None) -> None:
+        """Close the evaluator of `purpose` (all of them, and the pool, when None)."""
+        if purpose is None:
+            self.pool.shutdown()
+        for name in [purpose] if purpose else list(self.evaluators):
+            evaluator = self.evaluators.pop(name, None)
+            if evaluator is None:
+                continue
+            try:
+                evaluator.close()
+            except OSError:  # its workers are killed at exit anyway
+                logger.exception("closing the %s evaluator failed", name)

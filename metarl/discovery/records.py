@@ -1,0 +1,165 @@
+"""What the discovery loop hands the evaluator and the archive: the cascade settings of each
+purpose (children, seed programs, confirmations), the key under which evaluations may be shared,
+the candidate rows, the LLM-call records and the events the live display reads."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from metarl.discovery.config import DiscoverConfig
+from metarl.discovery.proposers.base import LLMCall, Proposal
+from metarl.discovery.state import Slot
+from metarl.evaluation.settings import CascadeSettings
+from metarl.rl.suites import get_suite
+from metarl.tasks.candidate import source_hash
+
+
+def eval_settings_key(task: str, settings: Any, versions: dict, device: str) -> str:
+    """Everything that determines an evaluation's scores; equal keys may share results."""
+    fields = dataclasses.asdict(settings) if dataclasses.is_dataclass(settings) else dict(settings)
+    for volatile in ("timeout_s", "memory_mb"):
+        fields.pop(volatile, None)
+    blob = json.dumps(
+        {"task": task, "settings": fields, "versions": versions, "device": device},
+        sort_keys=True,
+        default=str,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def suite_config_hash(suite_name: str, timesteps: int | None) -> str:
+    suite = get_suite(suite_name)
+    hashes = [suite.config(env, timesteps).config_hash() for env in (*suite.envs, *suite.heldout)]
+    return hashlib.sha256("|".join(hashes).encode()).hexdigest()[:16]
+
+
+def cascade_settings(config: DiscoverConfig, purpose: str) -> CascadeSettings:
+    """The evaluator's settings for `purpose`: "child" (the selection seeds, the short run as
+    configured), "seed" (seed programs: held-out too, no short run) or "confirm" (an elite
+    re-evaluated on `confirm_seeds`)."""
+    seeds = config.confirm_seeds if purpose == "confirm" else config.seeds
+    return CascadeSettings(
+        suite=config.suite,
+        seeds=seeds,
+        short_run_threshold=config.short_threshold,
+        total_timesteps=config.timesteps,
+        short_timesteps=config.short_timesteps,
+        timeout_s=config.timeout,
+        memory_mb=config.memory_mb,
+        heldout=False if purpose == "child" else config.heldout,
+        skip_short=config.skip_short if purpose == "child" else True,
+        unsafe_no_sandbox=config.unsafe_no_sandbox,
+        # fixed probe inputs: evaluations (hence selection, hence resume) are reproducible, and
+        # runs with different search seeds share cached evaluations
+        probe_seed=0,
+    )
+
+
+@dataclass(frozen=True)
+class RowMaker:
+    """The columns every candidate row of one run shares, and the rows of seeds and children."""
+
+    run_id: str
+    task: str
+    config: DiscoverConfig
+    versions: dict
+    device: str
+
+    def key(self, settings: CascadeSettings) -> str:
+        return eval_settings_key(self.task, settings, self.versions, self.device)
+
+    def base(self, settings: CascadeSettings) -> dict:
+        return {
+            "run_id": self.run_id,
+            "task": self.task,
+            "suite": self.config.suite,
+            "seeds": list(range(settings.seeds)),
+            "total_timesteps": self.config.timesteps,
+            "eval_key": self.key(settings),
+            "config_hash": suite_config_hash(self.config.suite, self.config.timesteps),
+            "versions": self.versions,
+            "device": self.device,
+        }
+
+    def seed(self, settings: CascadeSettings, cid: str, seq: int, program) -> dict:
+        """The row of seed program `program` (a task's SeedProgram)."""
+        return {
+            **self.base(settings),
+            "id": cid,
+            "seq": seq,
+            "hash": source_hash(program.source),
+            "code": program.source,
+            "name": program.name,
+            "thought": f"seed program {program.path.name}",
+            "parent_ids": [],
+            "generation": 0,
+            "island": None,
+            "slot": seq,
+            "is_seed": 1,
+            "proposer": "seed",
+            "operator": "seed",
+        }
+
+    def child(
+        self, settings: CascadeSettings, slot: Slot, generation: int, proposer_name: str
+    ) -> dict:
+        """The row of a planned child; `proposer_name` labels it when its proposal does not."""
+        proposal = slot.proposal
+        code = proposal.code
+        return {
+            **self.base(settings),
+            "id": slot.id,
+            "seq": slot.seq,
+            "hash": source_hash(code) if code else None,
+            "code": code,
+            "name": proposal.name or None,
+            "thought": proposal.thought or None,
+            "parent_ids": proposal.parent_ids or slot.parent_ids,
+            "generation": generation,
+            "island": slot.island,
+            "slot": slot.slot,
+            "is_seed": 0,
+            "proposer": proposal.proposer or proposer_name,
+            "operator": proposal.operator or None,
+        }
+
+
+def call_records(proposal: Proposal) -> list[dict]:
+    """The proposal's LLM calls as the archive's `calls` rows take them."""
+    return [_call_record(c) for c in proposal.calls]
+
+
+def _call_record(call: LLMCall) -> dict:
+    return {
+        "model": call.model,
+        "prompt": call.prompt,
+        "reply": call.reply,
+        "prompt_tokens": call.prompt_tokens,
+        "completion_tokens": call.completion_tokens,
+        "cost_usd": call.cost_usd,
+        "latency_s": call.latency_s,
+        "error": call.error,
+    }
+
+
+def candidate_event(row: dict, progress: dict) -> dict:
+    """The live display's `candidate` event for an archived candidate row."""
+    return {
+        "id": row["id"],
+        "name": row["name"],
+        "operator": row["operator"],
+        "status": row["status"],
+        "stage": row["stage"],
+        "reason": row["reason"],
+        "fitness": row["fitness"],
+        "eval_s": row["eval_s"],
+        "is_seed": bool(row["is_seed"]),
+        "generation": row["generation"],
+        "island": row["island"],
+        "cached": row["cached_from"] is not None,
+        "state": progress,
+    }

@@ -1,0 +1,119 @@
+"""A discovery run's resumable state, as stored (JSON) in the archive's `runs.state`.
+
+`RunState` holds the counters, the islands, the numpy RNG state, the proposer's state, the
+budget spent and the current generation's `Plan`: every child slot with its parents, RNG seed,
+pre-assigned candidate id and proposal. `to_dict` writes exactly the keys (and `STATE_VERSION`)
+that earlier versions of the loop stored, and `restore` reads them, so `metarl resume` works on
+any archive written since that version.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from metarl.discovery.proposers.base import LLMCall, Proposal
+
+STATE_VERSION = 1
+
+
+def proposal_to_dict(proposal: Proposal) -> dict:
+    return dataclasses.asdict(proposal)
+
+
+def proposal_from_dict(data: dict) -> Proposal:
+    data = dict(data)
+    data["calls"] = [LLMCall(**c) for c in data.get("calls", [])]
+    return Proposal(**data)
+
+
+@dataclass
+class Slot:
+    """One planned child: where it comes from and what the proposer answered."""
+
+    slot: int  # position in the generation; children are archived in this order
+    id: str  # the candidate id, assigned before evaluation
+    seq: int
+    island: int
+    parent_ids: list[str]
+    inspiration_ids: list[str]
+    rng_seed: int
+    proposal: Proposal
+    duplicate_of: str | None = None  # an archived candidate with the same source
+    retries: int = 0  # re-proposals made because the proposal repeated an archived program
+
+    @property
+    def cost_usd(self) -> float:
+        """The known cost of the LLM calls made for this slot (retries included)."""
+        return sum(c.cost_usd for c in self.proposal.calls if c.cost_usd is not None)
+
+    def to_dict(self) -> dict:
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        data["proposal"] = proposal_to_dict(self.proposal)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Slot":
+        known = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        values["proposal"] = proposal_from_dict(data["proposal"])
+        return cls(**values)
+
+
+@dataclass
+class Plan:
+    """A generation, planned and proposed; written before any of its children is evaluated."""
+
+    generation: int
+    slots: list[Slot]
+    # dialogue drained from the proposer while planning; archived with the next child
+    messages: list[dict] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {
+            "generation": self.generation,
+            "slots": [s.to_dict() for s in self.slots],
+            "messages": list(self.messages),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Plan":
+        return cls(
+            generation=data["generation"],
+            slots=[Slot.from_dict(s) for s in data.get("slots") or []],
+            messages=list(data.get("messages") or []),
+        )
+
+
+@dataclass
+class RunState:
+    version: int = STATE_VERSION
+    phase: str = "seeds"  # seeds | generations
+    generation: int = 0  # the last finished generation
+    next_seq: int = 0  # the next candidate's sequence number (its id is `<run>-<seq>`)
+    planned: int = 0  # children planned so far (the candidate budget counts these)
+    islands: dict | None = None  # selection.Islands.to_state()
+    incumbent: str | None = None
+    plan: Plan | None = None  # the generation being evaluated, or None between generations
+    rng: dict | None = None  # the numpy bit generator's state
+    elapsed_s: float = 0.0  # wall time summed over sessions
+    cost_usd: float = 0.0  # known LLM cost summed over the run
+    proposer: dict[str, Any] | None = None  # the proposer's get_state()
+    seed_ids: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        data["plan"] = self.plan.to_dict() if self.plan is not None else None
+        return data
+
+    @classmethod
+    def restore(cls, data: dict | None) -> "RunState | None":
+        """The state stored as `data`; None when it is not one this version can resume."""
+        if not data or data.get("version") != STATE_VERSION:
+            return None
+        known = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        values["plan"] = Plan.from_dict(data["plan"]) if data.get("plan") else None
+        values["seed_ids"] = list(data.get("seed_ids") or [])
+        return cls(**values)

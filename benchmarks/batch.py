@@ -3,6 +3,7 @@
     python benchmarks/batch.py                                # demo setting, generations of 4, 16
     python benchmarks/batch.py --setting classic --sizes 4    # classic at its full budget
     python benchmarks/batch.py --setting minatar --sizes 8 32 # on a GPU
+    python benchmarks/batch.py --before bd01197               # also the previous commit's design
 
 For each generation size the same distinct drift candidates (clip ranges and quadratic
 penalties; honest programs that train) are scored through the real sandboxed cascade twice,
@@ -12,6 +13,10 @@ each time by a fresh Evaluator with the baselines already cached:
   (`Evaluator.evaluate`, one after the other, as the loop did with `workers=1`);
 - `batched`: `Evaluator.evaluate_batch`, one trainer and one compiled program per environment
   for the whole generation.
+
+`--before REF` also runs the `single` design on commit REF's own package (a temporary git
+worktree on PYTHONPATH, its own cache directory): the design as it was before batching, where
+the short run was a separate program with its own compile.
 
 Columns: wall seconds for the generation, candidates per hour, compile seconds summed over the
 generation (a batched candidate carries its share of the batch's compile) and their share of
@@ -23,8 +28,11 @@ with the machine's name.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -72,10 +80,55 @@ def measure(design: str, sources: list[str], settings) -> dict:
     }
 
 
+def measure_commit(ref: str, argv: list[str]) -> list[dict]:
+    """This script's `single` rows, run on commit REF's package in a temporary worktree."""
+    root = subprocess.run(
+        ["git", "rev-parse", "--show-toplevel"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=os.path.dirname(os.path.abspath(__file__)),
+    ).stdout.strip()
+    with tempfile.TemporaryDirectory(prefix="metarl-before-") as scratch:
+        tree = os.path.join(scratch, "tree")
+        subprocess.run(
+            ["git", "-C", root, "worktree", "add", "--detach", tree, ref],
+            check=True,
+            capture_output=True,
+        )
+        try:
+            environment = dict(
+                os.environ, PYTHONPATH=tree, METARL_CACHE_DIR=os.path.join(scratch, "cache")
+            )
+            done = subprocess.run(
+                [sys.executable, os.path.abspath(__file__), *argv, "--designs", "single", "--json"],
+                cwd=tree,
+                env=environment,
+                capture_output=True,
+                text=True,
+            )
+            if done.returncode != 0:
+                raise SystemExit(f"{ref}: the benchmark failed:\n{done.stderr[-2000:]}")
+            return json.loads(done.stdout.strip().splitlines()[-1])
+        finally:
+            subprocess.run(
+                ["git", "-C", root, "worktree", "remove", "--force", tree], capture_output=True
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--setting", choices=sorted(SETTINGS), default="demo")
     parser.add_argument("--sizes", type=int, nargs="+", default=[4, 16])
+    parser.add_argument(
+        "--designs",
+        nargs="+",
+        choices=["single", "batched"],
+        default=["single", "batched"],
+        help="which designs to run (batched alone: the compile share of a large generation)",
+    )
+    parser.add_argument("--before", metavar="REF", help="also run REF's `single` design")
+    parser.add_argument("--json", action="store_true", help="print the rows as one JSON line")
     args = parser.parse_args()
     os.environ.setdefault("METARL_CACHE_DIR", tempfile.mkdtemp(prefix="metarl-bench-cache-"))
     # lazy: METARL_CACHE_DIR must be set before metarl reads it
@@ -84,26 +137,47 @@ def main() -> None:
 
     suite, timesteps, seeds = SETTINGS[args.setting]
     settings = CascadeSettings(suite=suite, total_timesteps=timesteps, seeds=seeds, probe_seed=0)
-    print(f"# {platform.node()} · {device_description()} · setting {args.setting}: suite {suite},")
-    print(f"# timesteps {timesteps or 'suite'} per env, {seeds} seeds, heldout scored")
-    columns = ["size", "design", "passed", "wall s", "candidates/h", "compile s", "compile %"]
-    columns.append("max |Δfitness|")
-    print("| " + " | ".join(columns) + " |")
-    print("|" + "---|" * len(columns))
+    rows = []
     for size in args.sizes:
         sources = candidates(size)
-        rows = {design: measure(design, sources, settings) for design in ("single", "batched")}
-        pairs = zip(rows["single"]["fitness"], rows["batched"]["fitness"])
-        diffs = [abs(a - b) for a, b in pairs if a is not None and b is not None]
-        for design, row in rows.items():
+        for design in args.designs:
+            rows.append({"size": size, "design": design, **measure(design, sources, settings)})
+    if args.json:
+        print(json.dumps(rows))
+        return
+    if args.before:
+        argv = ["--setting", args.setting, "--sizes", *map(str, args.sizes)]
+        for row in measure_commit(args.before, argv):
+            rows.append({**row, "design": f"single @ {args.before}"})
+    print(f"# {platform.node()} · {device_description()} · setting {args.setting}: suite {suite},")
+    print(f"# timesteps {timesteps or 'suite'} per env, {seeds} seeds, heldout scored")
+    print_table(rows)
+
+
+def print_table(rows: list[dict]) -> None:
+    """One markdown row per (size, design): the previous commit's design first (when run), then
+    `single`, then `batched`, each with its speed relative to the first."""
+    columns = ["size", "design", "passed", "wall s", "candidates/h", "compile s", "compile %"]
+    columns += ["max |Δfitness| vs batched", "candidates/h vs first"]
+    print("| " + " | ".join(columns) + " |")
+    print("|" + "---|" * len(columns))
+    for size in sorted({row["size"] for row in rows}):
+        group = [row for row in rows if row["size"] == size]
+        group.sort(key=lambda r: ("@" not in r["design"], r["design"] != "single"))
+        batched = next((row for row in group if row["design"] == "batched"), None)
+        for row in group:
+            diffs = [
+                abs(a - b)
+                for a, b in zip(row["fitness"], batched["fitness"] if batched else [])
+                if a is not None and b is not None
+            ]
             print(
-                f"| {size} | {design} | {row['passed']}/{size} | {row['wall']:.1f} | "
+                f"| {size} | {row['design']} | {row['passed']}/{size} | {row['wall']:.1f} | "
                 f"{row['per_hour']:.0f} | {row['compile']:.1f} | {100 * row['share']:.0f} | "
-                f"{max(diffs, default=float('nan')):.3g} |",
+                f"{max(diffs, default=float('nan')):.3g} | "
+                f"{row['per_hour'] / group[0]['per_hour']:.2f}x |",
                 flush=True,
             )
-        speedup = rows["batched"]["per_hour"] / rows["single"]["per_hour"]
-        print(f"| {size} | batched / single | | | **{speedup:.2f}x** | | | |", flush=True)
 
 
 if __name__ == "__main__":

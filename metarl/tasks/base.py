@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from metarl.rl.artifact import ElementSignature
@@ -92,10 +93,14 @@ def switch(functions: Sequence[Callable], index: jax.Array) -> Callable:
 
     Arguments that are arrays become the switch's operands; Python numbers (the drift's
     `epsilon`) are static and passed to every branch as they are.
+
+    A single function is still called through a conditional, padded with a branch of zeros
+    that is never taken: JAX inlines a one-branch switch, and XLA then rounds the function
+    fused into the loss differently from the same function in a conditional. Measured: the
+    same drift alone and in a batch of two gave fitness 1.180 and 1.051 after 1e5 steps. With
+    every batch size compiled alike, a candidate's numbers do not depend on its batch.
     """
     functions = list(functions)
-    if len(functions) == 1:
-        return functions[0]
 
     def call(*args):
         static = {i: a for i, a in enumerate(args) if not isinstance(a, (jax.Array, np.ndarray))}
@@ -110,6 +115,12 @@ def switch(functions: Sequence[Callable], index: jax.Array) -> Callable:
 
             return run
 
-        return jax.lax.switch(index, [branch(f) for f in functions], *operands)
+        branches = [branch(f) for f in functions]
+        if len(branches) == 1:
+            shapes = jax.eval_shape(branches[0], *operands)
+            branches.append(
+                lambda *values: jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+            )
+        return jax.lax.switch(index, branches, *operands)
 
     return call

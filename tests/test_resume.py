@@ -184,13 +184,16 @@ def test_ctrl_c_stops_cleanly(seeded_archive, metarl_cache):
     deadline = time.monotonic() + 300
     while proc.poll() is None and time.monotonic() < deadline:
         with Archive(seeded_archive, must_exist=True) as archive:
+            # the first generation's plan: its batch then trains for several seconds (the
+            # last generation's lone child may fail its probes in well under a second)
             if archive.query(
-                "SELECT 1 FROM runs WHERE id = 'r2' AND generation >= 0 AND state LIKE "
-                "'%\"plan\": {%'"
+                "SELECT 1 FROM runs WHERE id = 'r2' AND state LIKE "
+                '\'%"plan": {"generation": 1,%\''
             ):
                 break
         time.sleep(0.2)
-    time.sleep(1.0)
+    time.sleep(0.5)
+    assert proc.poll() is None, "the run ended before it could be interrupted"
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, out[-2000:] + err[-2000:]

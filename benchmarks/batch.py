@@ -31,10 +31,10 @@ import argparse
 import json
 import os
 import platform
-import subprocess
-import sys
 import tempfile
 import time
+
+from worktree import run_at_commit
 
 SETTINGS = {  # name -> (suite, per-env timesteps or None for the suite's own, seeds)
     "demo": ("classic", 100_000, 2),  # `metarl discover`'s defaults
@@ -82,38 +82,9 @@ def measure(design: str, sources: list[str], settings) -> dict:
 
 def measure_commit(ref: str, argv: list[str]) -> list[dict]:
     """This script's `single` rows, run on commit REF's package in a temporary worktree."""
-    root = subprocess.run(
-        ["git", "rev-parse", "--show-toplevel"],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=os.path.dirname(os.path.abspath(__file__)),
-    ).stdout.strip()
-    with tempfile.TemporaryDirectory(prefix="metarl-before-") as scratch:
-        tree = os.path.join(scratch, "tree")
-        subprocess.run(
-            ["git", "-C", root, "worktree", "add", "--detach", tree, ref],
-            check=True,
-            capture_output=True,
-        )
-        try:
-            environment = dict(
-                os.environ, PYTHONPATH=tree, METARL_CACHE_DIR=os.path.join(scratch, "cache")
-            )
-            done = subprocess.run(
-                [sys.executable, os.path.abspath(__file__), *argv, "--designs", "single", "--json"],
-                cwd=tree,
-                env=environment,
-                capture_output=True,
-                text=True,
-            )
-            if done.returncode != 0:
-                raise SystemExit(f"{ref}: the benchmark failed:\n{done.stderr[-2000:]}")
-            return json.loads(done.stdout.strip().splitlines()[-1])
-        finally:
-            subprocess.run(
-                ["git", "-C", root, "worktree", "remove", "--force", tree], capture_output=True
-            )
+    script = os.path.abspath(__file__)
+    out = run_at_commit(ref, script, [*argv, "--designs", "single", "--json"])
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def main() -> None:

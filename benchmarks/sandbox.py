@@ -36,10 +36,10 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
-import tempfile
 import time
+
+from worktree import run_at_commit
 
 SCENARIOS = {
     # name: (suite, envs, skip_short, heldout)
@@ -132,38 +132,8 @@ def measure(name: str, timesteps: dict, seeds: int, repeats: int) -> list[dict]:
 
 def measure_commit(ref: str, argv: list[str]) -> list[dict]:
     """Run `ref`'s own benchmarks/sandbox.py with `argv` in a temporary worktree; its JSON rows."""
-    root = subprocess.run(
-        ["git", "rev-parse", "--show-toplevel"],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=os.path.dirname(os.path.abspath(__file__)),
-    ).stdout.strip()
-    with tempfile.TemporaryDirectory(prefix="metarl-before-") as scratch:
-        tree = os.path.join(scratch, "tree")
-        subprocess.run(
-            ["git", "-C", root, "worktree", "add", "--detach", tree, ref],
-            check=True,
-            capture_output=True,
-        )
-        try:
-            environment = dict(
-                os.environ, PYTHONPATH=tree, METARL_CACHE_DIR=os.path.join(scratch, "cache")
-            )
-            done = subprocess.run(
-                [sys.executable, os.path.join(tree, "benchmarks", "sandbox.py"), *argv, "--json"],
-                cwd=tree,
-                env=environment,
-                capture_output=True,
-                text=True,
-            )
-            if done.returncode != 0:
-                raise SystemExit(f"{ref}: its benchmark failed:\n{done.stderr[-2000:]}")
-            rows = json.loads(done.stdout[done.stdout.index("\n[") + 1 :])
-        finally:
-            subprocess.run(
-                ["git", "-C", root, "worktree", "remove", "--force", tree], capture_output=True
-            )
+    out = run_at_commit(ref, "benchmarks/sandbox.py", [*argv, "--json"])
+    rows = json.loads(out[out.index("\n[") + 1 :])
     for row in rows:
         row["scenario"] = f"{row['scenario']} @ {ref}"
     return rows

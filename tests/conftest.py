@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import subprocess
@@ -9,6 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
+
+from metarl.cli.app import app
 
 # The smallest real discovery setting: CartPole only, 8192 steps, one seed, no time limit.
 TINY_DISCOVER = [
@@ -41,6 +45,21 @@ def metarl_cache(tmp_path_factory):
 def isolated_cache(metarl_cache):
     """No test reads or writes the user's ~/.cache/metarl."""
     return metarl_cache
+
+
+def invoke(*args: str, env: dict | None = None):
+    """`metarl ARGS` in this process, through Typer's test runner."""
+    return CliRunner().invoke(app, list(args), env=env)
+
+
+@pytest.fixture
+def restore_logging():
+    """The commands attach a stderr handler to the `metarl` logger; take it off afterwards."""
+    logger = logging.getLogger("metarl")
+    handlers, level = list(logger.handlers), logger.level
+    yield
+    logger.handlers[:] = handlers
+    logger.setLevel(level)
 
 
 def metarl_cli(

@@ -4,31 +4,15 @@ non-zero exit, never a traceback; and the read commands render a real archive.""
 from __future__ import annotations
 
 import json
-import logging
 import sqlite3
 
 import pytest
-from typer.testing import CliRunner
+from conftest import invoke
 
 from metarl.archives import Archive
-from metarl.cli.app import app
 from metarl.evaluation.outcome import EnvScore, Outcome
 
-runner = CliRunner()
-
-
-@pytest.fixture(autouse=True)
-def restore_logging():
-    """The commands attach a stderr handler to the `metarl` logger; take it off afterwards."""
-    logger = logging.getLogger("metarl")
-    handlers, level = list(logger.handlers), logger.level
-    yield
-    logger.handlers[:] = handlers
-    logger.setLevel(level)
-
-
-def invoke(*args: str):
-    return runner.invoke(app, list(args))
+pytestmark = pytest.mark.usefixtures("restore_logging")
 
 
 def assert_user_error(result, *fragments: str) -> None:
@@ -201,7 +185,7 @@ def test_discover_help_shows_the_config_defaults():
     from metarl.discovery.config import DiscoverConfig
 
     assert [fmt_duration(s) for s in (540.0, 3600.0, 90.0, None)] == ["9m", "1h", "90s", "none"]
-    result = runner.invoke(app, ["discover", "--help"], env={"COLUMNS": "200"})
+    result = invoke("discover", "--help", env={"COLUMNS": "200"})
     assert result.exit_code == 0
     lines = {line.split()[1]: line for line in result.stdout.splitlines() if "│ --" in line}
     for option, value in (

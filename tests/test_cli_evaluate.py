@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from conftest import invoke
 
-from metarl.cli.app import app
 from metarl.tasks import get_task
 
 CORPUS = Path(__file__).parent / "bad_candidates"
@@ -32,18 +30,7 @@ def cache_dir(metarl_cache):
     return metarl_cache
 
 
-@pytest.fixture(autouse=True)
-def restore_logging():
-    """The commands attach a stderr handler to the `metarl` logger; take it off afterwards."""
-    logger = logging.getLogger("metarl")
-    handlers, level = list(logger.handlers), logger.level
-    yield
-    logger.handlers[:] = handlers
-    logger.setLevel(level)
-
-
-def invoke(*args: str):
-    return CliRunner().invoke(app, list(args))
+pytestmark = pytest.mark.usefixtures("restore_logging")
 
 
 def test_passing_seed_prints_a_table_and_exits_0():

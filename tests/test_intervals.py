@@ -6,33 +6,17 @@ from __future__ import annotations
 import csv
 import io
 import json
-import logging
 import sqlite3
 
 import pytest
-from typer.testing import CliRunner
+from conftest import invoke
 
 from metarl.archives import SCHEMA_VERSION, Archive
 from metarl.archives.queries import leaderboard
-from metarl.cli.app import app
 from metarl.evaluation.outcome import Outcome, aggregate_intervals, env_score
 from metarl.rl.scoring import aggregate
 
-runner = CliRunner()
-
-
-@pytest.fixture(autouse=True)
-def restore_logging():
-    """The commands attach a stderr handler to the `metarl` logger; take it off afterwards."""
-    logger = logging.getLogger("metarl")
-    handlers, level = list(logger.handlers), logger.level
-    yield
-    logger.handlers[:] = handlers
-    logger.setLevel(level)
-
-
-def invoke(*args: str):
-    return runner.invoke(app, list(args))
+pytestmark = pytest.mark.usefixtures("restore_logging")
 
 
 def _score(env: str, returns: list[float], baseline: float, random: float, heldout=False):

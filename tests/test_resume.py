@@ -65,7 +65,14 @@ def _start(path) -> subprocess.Popen:
         stderr=subprocess.PIPE,
         text=True,
         env=dict(os.environ),
+        # as from a terminal: a shell that runs the test suite in the background ignores
+        # SIGINT, the child would inherit that, and Python then installs no Ctrl-C handler
+        preexec_fn=_default_sigint,
     )
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _read_while_running(path, proc, rng: random.Random, min_children: int) -> dict:

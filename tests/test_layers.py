@@ -1,6 +1,8 @@
-"""The package's layers: `rl < tasks < evaluation < archives < discovery < report < cli`.
+"""The package's layers: `rl < tasks < evaluation < archives < methods < report < cli`, where the
+methods are discovery, blackbox, symbolic and grpo, one folder each.
 
-A module imports only from its own layer or below, and imports metarl modules at its top. The
+A module imports only from its own layer or below, and imports metarl modules at its top; a
+method's folder never imports another method's. The
 few deliberate lazy imports (CLI start-up time, the sandbox worker's preload) carry a
 `# lazy:` comment on the import line or the line above it, saying why.
 """
@@ -13,18 +15,26 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "metarl"
-LAYERS = ["rl", "tasks", "evaluation", "archives", "discovery", "report", "cli"]
+METHODS = ("discovery", "blackbox", "symbolic", "grpo")
+LAYERS = ["rl", "tasks", "evaluation", "archives", "methods", "report", "cli"]
 MODULES = sorted(PACKAGE.rglob("*.py"))
+
+
+def folder_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
 
 
 def layer_of(module: str) -> int:
     """The layer index of a dotted metarl module name; the package root is below everything."""
-    parts = module.split(".")
-    if len(parts) == 1:
+    folder = folder_of(module)
+    if folder is None:
         return -1
-    if parts[1] not in LAYERS:
-        return -1 if parts[1] in ("settings", "platform", "logs") else len(LAYERS)
-    return LAYERS.index(parts[1])
+    if folder in METHODS:
+        return LAYERS.index("methods")
+    if folder not in LAYERS:
+        return -1 if folder in ("settings", "platform", "logs") else len(LAYERS)
+    return LAYERS.index(folder)
 
 
 def module_name(path: Path) -> str:
@@ -83,6 +93,9 @@ def test_module_imports_only_its_layer_or_below_and_at_the_top(path):
     here = module_name(path)
     problems = []
     for node, imported, top in metarl_imports(ast.parse(source)):
+        if folder_of(here) in METHODS and folder_of(imported) in METHODS:
+            if folder_of(imported) != folder_of(here):
+                problems.append(f"line {node.lineno}: {here} imports another method: {imported}")
         if layer_of(imported) > layer_of(here):
             problems.append(
                 f"line {node.lineno}: {here} "

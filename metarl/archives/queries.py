@@ -32,6 +32,7 @@ class LeaderRow:
     fitness_ci: list[float] | None = None
     confirmed_ci: list[float] | None = None
     heldout_ci: list[float] | None = None
+    method: str = "discovery"  # discovery | es | distil | symbolic
 
     @property
     def score(self) -> float:
@@ -47,9 +48,11 @@ class Leaderboard:
     notes: list[str] = field(default_factory=list)
 
 
-def _filter_task_suite(where: list, params: list, task, suite, prefix: str = "") -> None:
-    """Append `task = ?` / `suite = ?` conditions for the filters that are set."""
-    for column, value in (("task", task), ("suite", suite)):
+def _filter_task_suite(
+    where: list, params: list, task, suite, prefix: str = "", method: str | None = None
+) -> None:
+    """Append `task = ?` / `suite = ?` / `method = ?` conditions for the filters that are set."""
+    for column, value in (("task", task), ("suite", suite), ("method", method)):
         if value:
             where.append(f"{prefix}{column} = ?")
             params.append(value)
@@ -62,13 +65,15 @@ def leaderboard(
     all_runs: bool = False,
     task: str | None = None,
     suite: str | None = None,
+    method: str | None = None,
     limit: int = 20,
 ) -> Leaderboard:
     """Passed candidates ranked by their confirmed score when they have one, else their
-    selection fitness. Without `run_id` or `all_runs`, the most recent run (of `task`/`suite`
-    if given)."""
+    selection fitness. Without `run_id` or `all_runs`, the most recent run (of `task`/`suite`/
+    `method` if given). Every method's candidates are scored by the same cascade, so one board
+    ranks them all; a method's own objective (ES fitness, fit error) never ranks anything."""
     where, params = ["c.status = 'passed'", "c.fitness IS NOT NULL"], []
-    _filter_task_suite(where, params, task, suite, prefix="c.")
+    _filter_task_suite(where, params, task, suite, prefix="c.", method=method)
     if run_id:
         archive.get_run(run_id)  # a clear error for an unknown run
         where.append("c.run_id = ?")
@@ -76,7 +81,7 @@ def leaderboard(
         title = f"run {run_id}"
     elif not all_runs:
         filters, fparams = [], []
-        _filter_task_suite(filters, fparams, task, suite)
+        _filter_task_suite(filters, fparams, task, suite, method=method)
         sql = "SELECT id FROM runs" + (" WHERE " + " AND ".join(filters) if filters else "")
         latest = archive.query(sql + " ORDER BY seq DESC LIMIT 1", fparams)
         if not latest:
@@ -144,6 +149,7 @@ def leaderboard(
                 fitness_ci=_interval(row, "fitness"),
                 confirmed_ci=_interval(row, "confirmed_fitness"),
                 heldout_ci=_interval(row, "confirmed_heldout" if confirmed_held else "heldout"),
+                method=row.get("method") or "discovery",
             )
         )
     mixed = len({(r.task, r.suite) for r in out}) > 1

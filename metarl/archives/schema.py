@@ -31,7 +31,7 @@ from typing import Callable
 
 from sqlite_utils import Database
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 def _v1(db: Database) -> None:
@@ -231,6 +231,16 @@ def _v2(db: Database) -> None:
     )
 
 
+def _v3(db: Database) -> None:
+    """The meta-learning method of each run and candidate (discovery, es, distil, symbolic),
+    and each candidate's method metadata (ES fitness, fit error, expression: never a rank)."""
+    _add_columns(db, "runs", {"method": str})
+    _add_columns(db, "candidates", {"method": str, "meta": str})
+    for table in ("runs", "candidates"):
+        db.execute(f"UPDATE {table} SET method = 'discovery' WHERE method IS NULL")
+    db["candidates"].create_index(["method"], if_not_exists=True)
+
+
 # MIGRATIONS[i] takes an archive from version i to version i + 1. Append only; never drop.
-MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2]
+MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3]
 assert len(MIGRATIONS) == SCHEMA_VERSION

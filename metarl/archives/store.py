@@ -36,6 +36,7 @@ JSON_COLUMNS = {
         "timings",
         "warnings",
         "outcome",
+        "meta",
     },
     "evaluations": {"seeds", "returns", "curve_steps", "curve", "published"},
     "calls": {"prompt"},

@@ -11,7 +11,7 @@ from __future__ import annotations
 import typer
 
 import metarl
-from metarl.cli import archive, discover, evaluate
+from metarl.cli import archive, discover, evaluate, methods
 from metarl.cli.errors import Group
 from metarl.logs import log_to_stderr
 
@@ -45,6 +45,7 @@ def root(
 app.command("evaluate")(evaluate.evaluate)
 app.command("discover", cls=discover.DiscoverCommand)(discover.discover)
 app.command("resume")(discover.resume)
+app.command("es")(methods.es)
 app.command("leaderboard")(archive.leaderboard)
 app.command("show")(archive.show)
 app.command("lineage")(archive.lineage)

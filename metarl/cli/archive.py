@@ -11,7 +11,13 @@ import typer
 
 from metarl.cli import display
 from metarl.cli.errors import UserError
-from metarl.cli.options import EXPORT_FORMATS, LEADERBOARD_ROWS, LINEAGE_DEPTH, archive_option
+from metarl.cli.options import (
+    EXPORT_FORMATS,
+    LEADERBOARD_ROWS,
+    LINEAGE_DEPTH,
+    METHODS,
+    archive_option,
+)
 
 
 def _open(path: str):
@@ -41,14 +47,18 @@ def leaderboard(
     all_runs: bool = typer.Option(False, "--all", help="Rank candidates of every run."),
     task: Optional[str] = typer.Option(None, "--task", help="Only this task."),
     suite: Optional[str] = typer.Option(None, "--suite", help="Only this suite."),
+    method: Optional[str] = typer.Option(
+        None, "--method", help="Only this method: discovery, es, distil, symbolic."
+    ),
     limit: int = typer.Option(LEADERBOARD_ROWS, "--limit", "-n", help="Rows to show."),
     archive: str = archive_option(),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
-    """Rank candidates by fitness (1.0 = as good as the baseline seed).
+    """Rank candidates by fitness (1.0 = as good as the baseline seed), whatever method made
+    them: every candidate is scored by the same cascade on the same seeds.
 
     Columns: per-env normalised scores, the aggregate fitness, the fitness confirmed on
-    more seeds (elites only), the held-out score, generation, proposer.
+    more seeds (elites only), the held-out score, the method, generation, proposer.
 
     Examples:
 
@@ -57,6 +67,8 @@ def leaderboard(
       metarl leaderboard --run r2 --limit 10
 
       metarl leaderboard --all --task drift --suite classic
+
+      metarl leaderboard --all --method es
     """
     # lazy: the archive's modules import sqlite_utils; `metarl --help` stays fast
     from metarl.archives.queries import leaderboard as rank
@@ -66,8 +78,18 @@ def leaderboard(
     if limit < 1:
         raise UserError("--limit must be at least 1")
     _check_names(task, suite)
+    if method is not None and method not in METHODS:
+        raise UserError(f"unknown method {method!r}; methods: {', '.join(METHODS)}")
     with _open(archive) as store:
-        board = rank(store, run_id=run, all_runs=all_runs, task=task, suite=suite, limit=limit)
+        board = rank(
+            store,
+            run_id=run,
+            all_runs=all_runs,
+            task=task,
+            suite=suite,
+            method=method,
+            limit=limit,
+        )
     if as_json:
         display.console.print_json(json.dumps([row.__dict__ for row in board.rows], default=str))
         return

@@ -19,6 +19,7 @@ from metarl.cli.options import (
     archive_hint,
     archive_option,
     parse_duration,
+    sigterm_as_interrupt,
     verbose_option,
 )
 from metarl.logs import log_to_stderr
@@ -296,18 +297,6 @@ def _build_proposer(config):
         raise UserError(str(error)) from None
 
 
-def _sigterm_as_interrupt():
-    """SIGTERM stops a run like Ctrl-C (cleanly, resumable); returns the previous handler."""
-
-    def handler(signum, frame):
-        raise KeyboardInterrupt
-
-    try:
-        return signal.signal(signal.SIGTERM, handler)
-    except ValueError:
-        return None  # not the main thread: leave it
-
-
 def run_discovery(
     config,
     archive_path: str,
@@ -338,7 +327,7 @@ def run_discovery(
     view = display.Display(live=live, budget=config.budget, quiet=quiet)
     loop = DiscoveryLoop(archive, config, proposer, resume=resume, on_event=view)
     logger.info("discover: archive %s, resume %s, config %s", archive_path, resume, config)
-    previous = _sigterm_as_interrupt()
+    previous = sigterm_as_interrupt()
     start = time.monotonic()
     try:
         with view:

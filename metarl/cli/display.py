@@ -170,6 +170,7 @@ def leaderboard_table(board, *, show_run: bool = False) -> Table:
     table.add_column("fitness", justify="right", no_wrap=True)
     table.add_column("confirmed", justify="right", no_wrap=True)
     table.add_column("held-out", justify="right", no_wrap=True)
+    table.add_column("method")
     table.add_column("gen", justify="right")
     table.add_column("proposer", overflow="ellipsis")
     for row in board.rows:
@@ -184,6 +185,7 @@ def leaderboard_table(board, *, show_run: bool = False) -> Table:
             fmt_interval(row.fitness, row.fitness_ci, 2),
             fmt_interval(row.confirmed, row.confirmed_ci, 2),
             fmt_interval(row.heldout, row.heldout_ci, 2),
+            row.method,
             str(row.generation),
             row.proposer or "—",
         ]

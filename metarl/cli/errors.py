@@ -55,6 +55,8 @@ def _layer_error_codes() -> list[tuple[type[Exception], int]]:
     """The user-error exceptions of the layers below the CLI and the status each exits with."""
     # lazy: metarl.tasks and metarl.discovery import jax; only a failing command needs these
     from metarl.archives.store import ArchiveError
+    from metarl.blackbox.config import ESConfigError
+    from metarl.blackbox.es import ESError
     from metarl.discovery.config import ConfigError
     from metarl.discovery.loop import LoopError
     from metarl.evaluation.sandbox import SandboxUnavailable
@@ -63,6 +65,8 @@ def _layer_error_codes() -> list[tuple[type[Exception], int]]:
 
     return [
         (ConfigError, USAGE),
+        (ESConfigError, USAGE),
+        (ESError, FAILURE),
         (UnknownSuite, USAGE),
         (UnknownTask, USAGE),
         (ArchiveError, FAILURE),

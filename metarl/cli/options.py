@@ -7,6 +7,7 @@ The defaults that belong to a run or an evaluation live in `metarl.discovery.con
 from __future__ import annotations
 
 import re
+import signal
 from typing import Any
 
 import typer
@@ -19,6 +20,7 @@ LEADERBOARD_ROWS = 20  # `metarl leaderboard`
 RUN_LEADERBOARD_ROWS = 15  # the leaderboard printed after a discovery run
 LINEAGE_DEPTH = 30  # generations of ancestors `metarl lineage` shows
 EXPORT_FORMATS = ("json", "csv")
+METHODS = ("discovery", "es", "distil", "symbolic")  # the archive's `method` values
 UNLIMITED = ("", "none", "0", "inf", "unlimited")
 
 
@@ -63,3 +65,15 @@ def parse_duration(text: str | None, option: str = "--max-time") -> float | None
         raise UserError(f"{option}: {text!r} is not a duration (e.g. 600, 90s, 10m, 1.5h)")
     scale = {"": 1, "s": 1, "m": 60, "h": 3600}[match.group(2)]
     return float(match.group(1)) * scale
+
+
+def sigterm_as_interrupt():
+    """SIGTERM stops a run like Ctrl-C (cleanly, resumable); returns the previous handler."""
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        return signal.signal(signal.SIGTERM, handler)
+    except ValueError:
+        return None  # not the main thread: leave it

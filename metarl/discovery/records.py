@@ -4,37 +4,14 @@ the candidate rows, the LLM-call records and the events the live display reads."
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import json
 from dataclasses import dataclass
-from typing import Any
 
+from metarl.archives.keys import eval_settings_key, suite_config_hash
 from metarl.discovery.config import DiscoverConfig
 from metarl.discovery.proposers.base import LLMCall, Proposal
 from metarl.discovery.state import Slot
 from metarl.evaluation.settings import CascadeSettings
-from metarl.rl.suites import get_suite
 from metarl.tasks.candidate import source_hash
-
-
-def eval_settings_key(task: str, settings: Any, versions: dict, device: str) -> str:
-    """Everything that determines an evaluation's scores; equal keys may share results."""
-    fields = dataclasses.asdict(settings) if dataclasses.is_dataclass(settings) else dict(settings)
-    for volatile in ("timeout_s", "memory_mb"):
-        fields.pop(volatile, None)
-    blob = json.dumps(
-        {"task": task, "settings": fields, "versions": versions, "device": device},
-        sort_keys=True,
-        default=str,
-    )
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-def suite_config_hash(suite_name: str, timesteps: int | None) -> str:
-    suite = get_suite(suite_name)
-    hashes = [suite.config(env, timesteps).config_hash() for env in (*suite.envs, *suite.heldout)]
-    return hashlib.sha256("|".join(hashes).encode()).hexdigest()[:16]
 
 
 def cascade_settings(config: DiscoverConfig, purpose: str) -> CascadeSettings:
@@ -76,6 +53,7 @@ class RowMaker:
         return {
             "run_id": self.run_id,
             "task": self.task,
+            "method": "discovery",
             "suite": self.config.suite,
             "seeds": list(range(settings.seeds)),
             "total_timesteps": self.config.timesteps,

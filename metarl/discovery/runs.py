@@ -68,6 +68,7 @@ class RunBook:
         run_id = archive.create_run(
             task=config.task,
             suite=config.suite,
+            method="discovery",
             proposer=getattr(proposer, "name", config.proposer),
             model=",".join(config.models) or None,
             mode=config.mode,

@@ -179,7 +179,10 @@ _SHAPE_ARITHMETIC = {
 
 
 def _ints(attribute) -> list[int]:
-    return [int(x) for x in re.findall(r"-?\d+", str(attribute))]
+    """The integers of an attribute such as `array<i64: 0, 1>` (the element type's width is not
+    one of them: reading it as a dimension refused every broadcast of a batched operand)."""
+    text = re.sub(r"\b[iu]\d+\b", "", str(attribute))
+    return [int(x) for x in re.findall(r"-?\d+", text)]
 
 
 def _named_ints(attribute, name: str) -> list[int]:
@@ -390,11 +393,22 @@ class _ModuleCheck:
                     raise ArtifactRejected("padding along the batch axis (not elementwise)")
         elif name == "stablehlo.dot_general":
             numbers = attrs["dot_dimension_numbers"]
-            for side, value in (("lhs", op.operands[0]), ("rhs", op.operands[1])):
-                if self.on_axis(value) and _named_ints(numbers, f"{side}_batching_dimensions")[
-                    :1
-                ] != [0]:
-                    raise ArtifactRejected("a product across the batch axis (not elementwise)")
+            lhs, rhs = (self.on_axis(v) for v in op.operands[:2])
+            # Elementwise either way: the axis is batching dimension 0 of every operand on it,
+            # or only the left operand is on it, as a free dimension, with no batching
+            # dimensions (each element's row times constant weights; the axis stays first).
+            batched = all(
+                not on or _named_ints(numbers, f"{side}_batching_dimensions")[:1] == [0]
+                for side, on in (("lhs", lhs), ("rhs", rhs))
+            )
+            free_row = (
+                lhs
+                and not rhs
+                and not _named_ints(numbers, "lhs_batching_dimensions")
+                and 0 not in _named_ints(numbers, "lhs_contracting_dimensions")
+            )
+            if not (batched or free_row):
+                raise ArtifactRejected("a product across the batch axis (not elementwise)")
         elif name == "stablehlo.gather":
             numbers = attrs["dimension_numbers"]
             if operand_on_axis and 0 not in _named_ints(numbers, "operand_batching_dims"):

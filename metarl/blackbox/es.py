@@ -1,0 +1,457 @@
+"""Black-box meta-learning of the drift with evolution strategies (evosax's OpenAI-ES).
+
+The ES searches the weights of the LPO meta-network (rl/lpo.py). Each generation:
+
+    population = ES.ask()                                  antithetic pairs around the mean
+    for each training env (one compiled program per env, for the whole run):
+        returns[member, seed] = train(key[seed], population[member])   vmap x vmap, same keys
+    fitness[member] = mean over envs of (R - R_random) / (R_baseline - R_random)
+    ES.tell(-fitness)                                      evosax minimises; centered ranks
+
+and every `export_every` generations the mean becomes an ordinary candidate (blackbox/export.py)
+scored by the sandboxed cascade on the same seeds as every other method's candidates, archived
+with `method = es`, its generation, and the previous export as its parent. The ES fitness is
+metadata only: a member vmapped in a population does not train bit for bit like the same
+network alone (float rounding, amplified by RL), so only the cascade's scores rank anything.
+
+The ES trains metarl's own network code (no candidate Python), so it runs in this process and
+keeps its compiled programs for the whole run. Its state (mean, sigma, Adam state, RNG,
+generation) is written to the run's row after every generation, so a killed run resumes from
+the last finished generation with the same state, bit for bit.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from evosax.algorithms import Open_ES
+
+from metarl.archives.keys import eval_settings_key, suite_config_hash
+from metarl.archives.store import Archive, ArchiveError, now
+from metarl.blackbox.config import ESConfig
+from metarl.blackbox.export import ExportError, lpo_source
+from metarl.evaluation.baseline_cache import library_versions
+from metarl.evaluation.cascade import Evaluator
+from metarl.evaluation.outcome import Outcome
+from metarl.evaluation.settings import Reference, plan_runs
+from metarl.platform import device_description
+from metarl.rl.lpo import MetaParams, make_meta_train, zero_params
+from metarl.rl.suites import get_suite
+from metarl.tasks import get_task
+from metarl.tasks.candidate import source_hash
+
+logger = logging.getLogger(__name__)
+
+Event = Callable[[str, dict], None]
+# A member whose training went non-finite ranks below every finite member.
+FAILED_FITNESS = -1e6
+
+
+class ESError(Exception):
+    """A run that cannot start or go on (one line for the user)."""
+
+
+class Normaliser(NamedTuple):
+    """An env's returns mapped to normalised scores: 0 = random policy, 1 = the baseline."""
+
+    baseline: float
+    random: float
+
+    def __call__(self, returns: jax.Array) -> jax.Array:
+        return (returns - self.random) / (self.baseline - self.random)
+
+
+class Generation(NamedTuple):
+    """What one generation measured (the ES's own objective: metadata, never a rank)."""
+
+    generation: int  # 1-based: the number of ES updates done after this one
+    fitness: np.ndarray  # [population] mean normalised return over envs and member seeds
+    sigma: float  # the ES's sigma used to sample this generation
+    seconds: float
+
+
+def make_strategy(config: ESConfig) -> Open_ES:
+    """evosax's OpenAI-ES with the paper's settings (see blackbox/config.py)."""
+    learning_rate = optax.exponential_decay(
+        config.lr, transition_steps=1, decay_rate=config.lr_decay, end_value=config.lr_floor
+    )
+    sigma = optax.exponential_decay(
+        config.sigma,
+        transition_steps=1,
+        decay_rate=config.sigma_decay,
+        end_value=config.sigma_floor,
+    )
+    return Open_ES(
+        population_size=config.population,
+        solution=zero_params(config.hidden),
+        use_antithetic_sampling=True,
+        optimizer=optax.adam(learning_rate, b1=config.beta1),
+        std_schedule=sigma,
+    )
+
+
+def make_population_fitness(
+    config: ESConfig, normalisers: dict[str, Normaliser]
+) -> Callable[[jax.Array, MetaParams], tuple[jax.Array, dict[str, jax.Array]]]:
+    """`fitness(keys, population) -> (fitness [pop], env -> final returns [pop, seeds])`.
+
+    One jitted program per training env, vmapped over members (outer) and seeds (inner); every
+    member trains on the same keys (common random numbers). Compiled on the first call and
+    reused for the whole run.
+    """
+    suite = get_suite(config.suite)
+    programs = {}
+    for env in suite.envs:
+        train = make_meta_train(suite.config(env, config.timesteps))
+        programs[env] = jax.jit(jax.vmap(jax.vmap(train, in_axes=(0, None)), in_axes=(None, 0)))
+
+    def fitness(keys: jax.Array, population: MetaParams):
+        returns = {env: program(keys, population).final_return for env, program in programs.items()}
+        scores = [normalisers[env](r.mean(axis=1)) for env, r in returns.items()]
+        total = jnp.mean(jnp.stack(scores), axis=0)
+        return jnp.where(jnp.isfinite(total), total, FAILED_FITNESS), returns
+
+    return fitness
+
+
+def normalisers_from(references: dict[str, Reference], settings) -> dict[str, Normaliser]:
+    """Each training env's (baseline, random) mean return from the cascade's references (the
+    baseline program at the same budget, on the cascade's seeds)."""
+    out = {}
+    for entry in plan_runs(settings):
+        if entry.stage == "full" and not entry.heldout:
+            ref = references[entry.key]
+            out[entry.config.env_name] = Normaliser(ref.baseline_mean, ref.random_mean)
+    return out
+
+
+# -- the resumable state ------------------------------------------------------------------------
+
+
+def encode_tree(tree: Any) -> list[dict]:
+    """The leaves of a pytree, each exactly (dtype, shape, raw bytes in base64)."""
+    return [
+        {
+            "dtype": str(np.asarray(leaf).dtype),
+            "shape": list(np.shape(leaf)),
+            "data": base64.b64encode(np.ascontiguousarray(leaf).tobytes()).decode(),
+        }
+        for leaf in jax.tree.leaves(tree)
+    ]
+
+
+def decode_tree(template: Any, leaves: list[dict]) -> Any:
+    """The pytree shaped like `template` whose leaves `encode_tree` wrote.
+
+    Raises:
+        ESError: the stored leaves do not fit the template (another ES configuration).
+    """
+    flat, treedef = jax.tree.flatten(template)
+    if len(flat) != len(leaves):
+        raise ESError("the stored ES state does not match this configuration")
+    out = []
+    for like, leaf in zip(flat, leaves):
+        array = np.frombuffer(base64.b64decode(leaf["data"]), dtype=leaf["dtype"])
+        array = array.reshape(leaf["shape"])
+        if array.shape != np.shape(like):
+            raise ESError("the stored ES state does not match this configuration")
+        out.append(jnp.asarray(array))
+    return jax.tree.unflatten(treedef, out)
+
+
+@dataclass
+class ESRunState:
+    """Everything a resume needs, beside the config: written after every generation."""
+
+    generation: int = 0
+    es: list | None = None  # encode_tree(evosax state)
+    rng: list | None = None  # encode_tree(jax key)
+    last_export: str | None = None  # the previous export's candidate id (its parent)
+    exports: int = 0
+    elapsed_s: float = 0.0
+    best_fitness: float | None = None  # best member fitness seen (metadata)
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> "ESRunState":
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in (data or {}).items() if k in known})
+
+
+@dataclass
+class ESResult:
+    run_id: str
+    status: str  # finished | stopped | interrupted
+    reason: str
+    generation: int
+    exports: int
+    best_id: str | None
+    best_fitness: float | None
+
+
+# -- the run --------------------------------------------------------------------------------
+
+
+class ESRun:
+    """One ES run against an archive: `run()` goes until the generations or the time budget are
+    spent (or Ctrl-C), exporting the mean every `export_every` generations and at the end."""
+
+    def __init__(
+        self,
+        config: ESConfig,
+        archive: Archive,
+        *,
+        resume: str | None = None,
+        on_event: Event | None = None,
+        evaluator_factory: Callable[..., Any] | None = None,
+    ):
+        self.config = config.resolved()
+        self.archive = archive
+        self.resume_id = resume
+        self.emit = on_event or (lambda kind, data: None)
+        self.factory = evaluator_factory or (lambda settings: Evaluator(settings, workers=1))
+        self.task = get_task(self.config.task)
+        self.settings = self.config.cascade_settings()
+        self.versions = library_versions()
+        self.device = device_description()
+        self.strategy = make_strategy(self.config)
+        self.run_id: str | None = None
+        self.state = ESRunState()
+        self._session_start = time.monotonic()
+        self._elapsed_base = 0.0
+
+    # -- bookkeeping ----------------------------------------------------------------------------
+    def elapsed(self) -> float:
+        return self._elapsed_base + time.monotonic() - self._session_start
+
+    def _open(self) -> tuple[Any, jax.Array]:
+        """Create or reopen the run; the ES state and RNG to continue from."""
+        fresh_rng = jax.random.PRNGKey(self.config.rng_seed)
+        rng, init_key = jax.random.split(fresh_rng)
+        es_state = self.strategy.init(
+            init_key, zero_params(self.config.hidden), self.strategy.default_params
+        )
+        if self.resume_id is None:
+            self.run_id = self.archive.create_run(
+                task=self.config.task,
+                suite=self.config.suite,
+                method="es",
+                proposer="evosax Open_ES",
+                mode="es",
+                seed=self.config.rng_seed,
+                config=self.config.to_dict(),
+                config_hash=self.config.hash(),
+                versions=self.versions,
+                device=self.device,
+                max_time_s=self.config.max_time,
+                state=ESRunState().to_dict(),
+            )
+            return es_state, rng
+        run = self.archive.get_run(self.resume_id)
+        if (run.get("method") or "discovery") != "es":
+            raise ESError(f"run {self.resume_id} is a {run.get('method')} run, not an ES run")
+        if run.get("config_hash") != self.config.hash():
+            raise ESError(f"run {self.resume_id} was started with other ES options")
+        self.run_id = self.resume_id
+        self.state = ESRunState.from_dict(run.get("state"))
+        self._elapsed_base = self.state.elapsed_s
+        self.archive.update_run(self.run_id, status="running", ended_at=None, stop_reason=None)
+        if self.state.es is None:  # killed before its first generation finished
+            return es_state, rng
+        return decode_tree(es_state, self.state.es), decode_tree(rng, self.state.rng)
+
+    def _save(self, es_state: Any, rng: jax.Array, **run_fields) -> None:
+        self.state.es = encode_tree(es_state)
+        self.state.rng = encode_tree(rng)
+        self.state.elapsed_s = self.elapsed()
+        self.archive.update_run(
+            self.run_id,
+            state=self.state.to_dict(),
+            generation=self.state.generation,
+            elapsed_s=self.state.elapsed_s,
+            **run_fields,
+        )
+
+    # -- the loop -----------------------------------------------------------------------------
+    def run(self) -> ESResult:
+        """Run (or resume) the ES; returns how this session ended.
+
+        Raises:
+            ESError: the run cannot start (unknown or mismatched resume, no baselines).
+        """
+        es_state, rng = self._open()
+        status, reason = "finished", "generations done"
+        evaluator = self.factory(self.settings)
+        try:
+            self.emit("status", {"text": "training the baselines (cached after the first run)"})
+            try:
+                references = evaluator.references(self.task)
+            except RuntimeError as error:
+                raise ESError(f"the baselines could not be trained: {error}") from error
+            fitness_of = make_population_fitness(
+                self.config, normalisers_from(references, self.settings)
+            )
+            params = self.strategy.default_params
+            while self.state.generation < self.config.generations:
+                if self.config.max_time is not None and self.elapsed() >= self.config.max_time:
+                    status, reason = "stopped", f"time budget of {self.config.max_time:g} s spent"
+                    break
+                es_state, rng, generation = self.step(fitness_of, es_state, rng, params)
+                self._save(es_state, rng)
+                self.emit("generation", generation._asdict() | {"run_id": self.run_id})
+                if self.state.generation % self.config.export_every == 0:
+                    self.export(evaluator, es_state)
+                    self._save(es_state, rng)
+            if self.state.exports == 0 or self.state.generation % self.config.export_every:
+                if self.state.generation > 0:  # the final mean is always scored
+                    self.export(evaluator, es_state)
+                    self._save(es_state, rng)
+        except KeyboardInterrupt:
+            status, reason = "interrupted", "interrupted (Ctrl-C); resume continues here"
+        finally:
+            evaluator.close()
+            self._finish(status, reason)
+        return self.result(status, reason)
+
+    def step(self, fitness_of, es_state, rng, params) -> tuple[Any, jax.Array, Generation]:
+        """One generation: ask, train every member on the same fresh keys, tell."""
+        start = time.perf_counter()
+        rng, key_ask, key_train, key_tell = jax.random.split(rng, 4)
+        sigma = float(es_state.std)
+        population, es_state = self.strategy.ask(key_ask, es_state, params)
+        keys = jax.random.split(key_train, self.config.member_seeds)
+        fitness, _ = fitness_of(keys, population)
+        es_state, _ = self.strategy.tell(key_tell, population, -fitness, es_state, params)
+        fitness = np.asarray(fitness)
+        self.state.generation += 1
+        best = float(fitness.max())
+        if self.state.best_fitness is None or best > self.state.best_fitness:
+            self.state.best_fitness = best
+        elapsed = time.perf_counter() - start
+        logger.info(
+            "generation %d: best %.3f mean %.3f sigma %.4f (%.1f s)",
+            self.state.generation,
+            best,
+            float(fitness.mean()),
+            sigma,
+            elapsed,
+        )
+        return es_state, rng, Generation(self.state.generation, fitness, sigma, elapsed)
+
+    def mean_params(self, es_state) -> MetaParams:
+        """The ES mean as LPONetwork parameters."""
+        return self.strategy.get_mean(es_state)
+
+    def export(self, evaluator, es_state) -> str:
+        """Score the ES mean through the cascade and archive it; its candidate id."""
+        generation = self.state.generation
+        seq = self.state.exports + 1
+        cid = f"{self.run_id}-{seq}"
+        title = f"ES mean after generation {generation} of run {self.run_id}"
+        try:
+            code = lpo_source(self.mean_params(es_state), title)
+        except ExportError as error:
+            outcome, code = Outcome.failure("static", str(error)), None
+        else:
+            self.emit("status", {"text": f"scoring the ES mean of generation {generation}"})
+            outcome = evaluator.evaluate_batch([code], self.task)[0]
+        row = {
+            "id": cid,
+            "run_id": self.run_id,
+            "seq": seq,
+            "task": self.config.task,
+            "suite": self.config.suite,
+            "method": "es",
+            "hash": source_hash(code) if code else None,
+            "code": code,
+            "name": f"es-g{generation}",
+            "thought": title,
+            "parent_ids": [self.state.last_export] if self.state.last_export else [],
+            "generation": generation,
+            "is_seed": 0,
+            "proposer": "evosax Open_ES",
+            "operator": "es-mean",
+            "seeds": list(range(self.settings.seeds)),
+            "total_timesteps": self.config.timesteps,
+            "eval_key": eval_settings_key(
+                self.config.task, self.settings, self.versions, self.device
+            ),
+            "config_hash": suite_config_hash(self.config.suite, self.config.timesteps),
+            "versions": self.versions,
+            "device": self.device,
+            "meta": {
+                "es_generation": generation,
+                "es_best_fitness": self.state.best_fitness,
+                "sigma": float(es_state.std),
+                "hidden": self.config.hidden,
+                "population": self.config.population,
+            },
+        }
+        best = self._best_after(outcome)
+        self.state.exports = seq
+        self.state.last_export = cid
+        self.archive.record_candidate(
+            row,
+            outcome,
+            run_update={
+                "candidates_count": True,
+                "state": self.state.to_dict(),
+                **({"best_id": best[0], "best_fitness": best[1]} if best else {}),
+            },
+        )
+        self.emit(
+            "export",
+            {
+                "id": cid,
+                "generation": generation,
+                "status": "passed" if outcome.passed else "failed",
+                "fitness": outcome.fitness,
+                "reason": outcome.reason,
+            },
+        )
+        return cid
+
+    def _best_after(self, outcome: Outcome) -> tuple[str, float] | None:
+        """(id, fitness) of the run's best export once this one is recorded, if it changed."""
+        if not outcome.passed or outcome.fitness is None:
+            return None
+        run = self.archive.get_run(self.run_id)
+        if run.get("best_fitness") is not None and run["best_fitness"] >= outcome.fitness:
+            return None
+        return f"{self.run_id}-{self.state.exports + 1}", outcome.fitness
+
+    def _finish(self, status: str, reason: str) -> None:
+        if self.run_id is None:
+            return
+        try:
+            self.archive.update_run(
+                self.run_id,
+                status=status,
+                stop_reason=reason,
+                ended_at=now(),
+                elapsed_s=self.elapsed(),
+            )
+        except ArchiveError:
+            logger.exception("could not record run %s as %s", self.run_id, status)
+
+    def result(self, status: str, reason: str) -> ESResult:
+        run = self.archive.get_run(self.run_id)
+        return ESResult(
+            self.run_id,
+            status,
+            reason,
+            self.state.generation,
+            self.state.exports,
+            run.get("best_id"),
+            run.get("best_fitness"),
+        )

@@ -1,0 +1,190 @@
+"""`metarl es` (and the other black-box methods): options to a method config, the run with a
+rich progress bar, then the leaderboard of the run's exports.
+
+Every method's candidates are scored by the same sandboxed cascade as `metarl discover`'s, on
+the same seeds, so `metarl leaderboard --all` ranks them together (`--method` filters).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import signal
+import time
+from typing import Optional
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from metarl.cli import display
+from metarl.cli.errors import UserError
+from metarl.cli.options import (
+    RUN_LEADERBOARD_ROWS,
+    archive_hint,
+    archive_option,
+    parse_duration,
+    sigterm_as_interrupt,
+    verbose_option,
+)
+from metarl.logs import log_to_stderr
+
+logger = logging.getLogger(__name__)
+
+
+def es(
+    task: str = typer.Option("drift", "--task", help="What to meta-learn (drift)."),
+    suite: Optional[str] = typer.Option(None, "--suite", help="Environment suite."),
+    population: Optional[int] = typer.Option(None, "--population", help="ES population (even)."),
+    generations: Optional[int] = typer.Option(
+        None, "--generations", help="Generations (total over resumes)."
+    ),
+    hidden: Optional[int] = typer.Option(None, "--hidden", help="Meta-network width."),
+    member_seeds: Optional[int] = typer.Option(
+        None, "--member-seeds", help="Training runs per member per generation."
+    ),
+    train_seeds: Optional[int] = typer.Option(
+        None, "--train-seeds", help="Training seeds of each export's cascade evaluation."
+    ),
+    timesteps: Optional[int] = typer.Option(
+        None, "--timesteps", help="Per-environment training budget; 0 = the suite's own."
+    ),
+    export_every: Optional[int] = typer.Option(
+        None, "--export-every", help="Score the ES mean every this many generations."
+    ),
+    rng_seed: Optional[int] = typer.Option(None, "--seed", help="RNG seed of the search."),
+    heldout: Optional[bool] = typer.Option(
+        None, "--heldout/--no-heldout", help="Score the exports' held-out environments."
+    ),
+    max_time: Optional[str] = typer.Option(
+        None, "--max-time", help="Wall-time budget: 600, 10m, 1h, none."
+    ),
+    resume: Optional[str] = typer.Option(
+        None, "--resume", help="Continue ES run RUN from its last generation."
+    ),
+    unsafe_no_sandbox: bool = typer.Option(
+        False, "--unsafe-no-sandbox", help="Score exports WITHOUT bubblewrap (trusted code only)."
+    ),
+    archive: str = archive_option(),
+    verbose: bool = verbose_option(),
+) -> None:
+    """Meta-learn the drift with black-box evolution strategies (evosax OpenAI-ES) over the LPO
+    meta-network; the ES mean is scored by the cascade every few generations and archived.
+
+    Defaults are the paper's ES settings (population 64, sigma and lr 0.03 decaying); on a CPU
+    use a smaller population.
+
+    Examples:
+
+      metarl es --suite smoke --population 8 --generations 4 --export-every 2
+
+      metarl es --population 16 --generations 10 --max-time 1h
+
+      metarl es --resume r4 --generations 20
+    """
+    # lazy: the ES imports jax and evosax; `metarl --help` stays fast
+    from metarl.archives.queries import leaderboard
+    from metarl.archives.store import Archive
+    from metarl.blackbox.config import ESConfig
+    from metarl.blackbox.es import ESRun
+
+    log_to_stderr(verbose)
+    chosen = {
+        "task": task,
+        "suite": suite,
+        "population": population,
+        "hidden": hidden,
+        "member_seeds": member_seeds,
+        "train_seeds": train_seeds,
+        "timesteps": timesteps,
+        "export_every": export_every,
+        "rng_seed": rng_seed,
+        "heldout": heldout,
+    }
+    budgets = {"generations": generations, "unsafe_no_sandbox": unsafe_no_sandbox or None}
+    if max_time is not None:
+        budgets["max_time"] = parse_duration(max_time)
+    with Archive(archive, must_exist=bool(resume)) as store:
+        if resume:
+            stored = store.get_run(resume).get("config") or {}
+            for key, value in chosen.items():
+                if value is not None and key != "task" and stored.get(key) != value:
+                    raise UserError(
+                        f"run {resume} was started with {key} {stored.get(key)!r}; it cannot "
+                        "change on resume"
+                    )
+            values = {**stored, **{k: v for k, v in budgets.items() if v is not None}}
+            if max_time is not None:
+                values["max_time"] = budgets["max_time"]
+            known = {f.name for f in dataclasses.fields(ESConfig)}
+            config = ESConfig(**{k: v for k, v in values.items() if k in known})
+        else:
+            values = {k: v for k, v in {**chosen, **budgets}.items() if v is not None}
+            if max_time is not None:
+                values["max_time"] = budgets["max_time"]
+            config = ESConfig(**values)
+        with _ESProgress(config.generations) as view:
+            run = ESRun(config, store, resume=resume, on_event=view)
+            previous = sigterm_as_interrupt()
+            start = time.monotonic()
+            try:
+                result = run.run()
+            finally:
+                if previous is not None:
+                    signal.signal(signal.SIGTERM, previous)
+        elapsed = time.monotonic() - start
+        board = leaderboard(store, run_id=result.run_id, limit=RUN_LEADERBOARD_ROWS)
+        hint = archive_hint(archive)
+        display.console.print(
+            f"ES run {result.run_id} {result.status} ({result.reason}) after "
+            f"{elapsed:.0f} s: {result.generation} generations, "
+            f"{result.exports} exports"
+        )
+        if board.rows:
+            display.console.print(display.leaderboard_table(board))
+        if result.status != "finished":
+            display.console.print(f"continue with: metarl es --resume {result.run_id}{hint}")
+        display.console.print(f"all methods side by side: metarl leaderboard --all{hint}")
+    if result.status == "interrupted":
+        raise typer.Exit(130)
+
+
+class _ESProgress:
+    """A rich progress bar over generations (best and mean fitness of the last one), and one
+    line per scored export; usable as the run's `on_event`."""
+
+    def __init__(self, generations: int):
+        self.progress = Progress(
+            TextColumn("[bold]ES"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[info]}"),
+            TimeElapsedColumn(),
+            console=display.console,
+            transient=False,
+        )
+        self.bar = self.progress.add_task("es", total=generations, info="starting")
+
+    def __enter__(self) -> "_ESProgress":
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.progress.__exit__(*exc)
+
+    def __call__(self, kind: str, data: dict) -> None:
+        if kind == "generation":
+            fitness = data["fitness"]
+            info = (
+                f"best {float(fitness.max()):.3f}  mean {float(fitness.mean()):.3f}  "
+                f"sigma {data['sigma']:.4f}  {data['seconds']:.0f} s/gen"
+            )
+            self.progress.update(self.bar, completed=data["generation"], info=info)
+        elif kind == "export":
+            score = "—" if data["fitness"] is None else f"{data['fitness']:.3f}"
+            why = f" ({data['reason']})" if data.get("reason") else ""
+            self.progress.console.print(
+                f"export {data['id']} (generation {data['generation']}): {data['status']}, "
+                f"cascade fitness {score}{why}"
+            )
+        elif kind == "status":
+            self.progress.update(self.bar, info=data["text"])

@@ -27,6 +27,10 @@ class ESConfigError(ValueError):
     """A bad option; the message is one line for the user."""
 
 
+# options a resume may change
+BUDGETS = ("generations", "max_time", "timeout", "memory_mb", "unsafe_no_sandbox")
+
+
 @dataclass
 class ESConfig:
     task: str = "drift"
@@ -100,4 +104,6 @@ class ESConfig:
         return dataclasses.asdict(self)
 
     def hash(self) -> str:
-        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
+        """What defines the search (a resume must match it); budgets and limits may change."""
+        fields = {k: v for k, v in self.to_dict().items() if k not in BUDGETS}
+        return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]

@@ -43,7 +43,7 @@ from metarl.evaluation.cascade import Evaluator
 from metarl.evaluation.outcome import Outcome
 from metarl.evaluation.settings import Reference, plan_runs
 from metarl.platform import device_description
-from metarl.rl.lpo import MetaParams, make_meta_train, zero_params
+from metarl.rl.lpo import MetaParams, make_meta_train, network_width, zero_params
 from metarl.rl.suites import get_suite
 from metarl.tasks import get_task
 from metarl.tasks.candidate import source_hash
@@ -133,6 +133,34 @@ def normalisers_from(references: dict[str, Reference], settings) -> dict[str, No
     return out
 
 
+def es_generation(
+    strategy: Open_ES,
+    fitness_of: Callable,
+    es_state: Any,
+    rng: jax.Array,
+    member_seeds: int,
+    params: Any,
+) -> tuple[Any, jax.Array, np.ndarray]:
+    """One ES generation: ask, train every member on the same fresh keys, tell.
+
+    Args:
+        strategy: the ES (`make_strategy`).
+        fitness_of: `make_population_fitness(...)`.
+        es_state: the ES state before the generation.
+        rng: the search's key; split here, the rest returned.
+        member_seeds: training runs per member (common random numbers: the same keys for all).
+        params: the strategy's params.
+
+    Returns:
+        (ES state after the update, the remaining key, the members' fitness).
+    """
+    rng, key_ask, key_train, key_tell = jax.random.split(rng, 4)
+    population, es_state = strategy.ask(key_ask, es_state, params)
+    fitness, _ = fitness_of(jax.random.split(key_train, member_seeds), population)
+    es_state, _ = strategy.tell(key_tell, population, -fitness, es_state, params)  # minimises
+    return es_state, rng, np.asarray(fitness)
+
+
 # -- the resumable state ------------------------------------------------------------------------
 
 
@@ -175,6 +203,7 @@ class ESRunState:
     es: list | None = None  # encode_tree(evosax state)
     rng: list | None = None  # encode_tree(jax key)
     last_export: str | None = None  # the previous export's candidate id (its parent)
+    exported_generation: int | None = None  # the generation whose mean was exported last
     exports: int = 0
     elapsed_s: float = 0.0
     best_fitness: float | None = None  # best member fitness seen (metadata)
@@ -214,8 +243,18 @@ class ESRun:
         resume: str | None = None,
         on_event: Event | None = None,
         evaluator_factory: Callable[..., Any] | None = None,
+        initial_mean: MetaParams | None = None,
     ):
+        """Args:
+        config: the run's options.
+        archive: where the run, its state and its exports are written.
+        resume: continue this ES run (its stored state; `initial_mean` is then ignored).
+        on_event: `(kind, data)` for "status", "generation" and "export" events.
+        evaluator_factory: `factory(settings) -> Evaluator` scoring the exports.
+        initial_mean: the ES mean to start from (a warm start); default all zeros (PPO-clip).
+        """
         self.config = config.resolved()
+        self.initial_mean = initial_mean
         self.archive = archive
         self.resume_id = resume
         self.emit = on_event or (lambda kind, data: None)
@@ -238,9 +277,14 @@ class ESRun:
         """Create or reopen the run; the ES state and RNG to continue from."""
         fresh_rng = jax.random.PRNGKey(self.config.rng_seed)
         rng, init_key = jax.random.split(fresh_rng)
-        es_state = self.strategy.init(
-            init_key, zero_params(self.config.hidden), self.strategy.default_params
+        mean = (
+            self.initial_mean if self.initial_mean is not None else zero_params(self.config.hidden)
         )
+        if network_width(mean) != self.config.hidden:
+            raise ESError(
+                f"the initial mean has width {network_width(mean)}, not {self.config.hidden}"
+            )
+        es_state = self.strategy.init(init_key, mean, self.strategy.default_params)
         if self.resume_id is None:
             self.run_id = self.archive.create_run(
                 task=self.config.task,
@@ -302,6 +346,9 @@ class ESRun:
                 self.config, normalisers_from(references, self.settings)
             )
             params = self.strategy.default_params
+            if self._export_due():  # killed between a generation and its export
+                self.export(evaluator, es_state)
+                self._save(es_state, rng)
             while self.state.generation < self.config.generations:
                 if self.config.max_time is not None and self.elapsed() >= self.config.max_time:
                     status, reason = "stopped", f"time budget of {self.config.max_time:g} s spent"
@@ -309,13 +356,12 @@ class ESRun:
                 es_state, rng, generation = self.step(fitness_of, es_state, rng, params)
                 self._save(es_state, rng)
                 self.emit("generation", generation._asdict() | {"run_id": self.run_id})
-                if self.state.generation % self.config.export_every == 0:
+                if self._export_due():
                     self.export(evaluator, es_state)
                     self._save(es_state, rng)
-            if self.state.exports == 0 or self.state.generation % self.config.export_every:
-                if self.state.generation > 0:  # the final mean is always scored
-                    self.export(evaluator, es_state)
-                    self._save(es_state, rng)
+            if self._export_due(final=True):  # the final mean is always scored
+                self.export(evaluator, es_state)
+                self._save(es_state, rng)
         except KeyboardInterrupt:
             status, reason = "interrupted", "interrupted (Ctrl-C); resume continues here"
         finally:
@@ -323,16 +369,19 @@ class ESRun:
             self._finish(status, reason)
         return self.result(status, reason)
 
+    def _export_due(self, final: bool = False) -> bool:
+        """Whether the mean of the current generation still has to be exported."""
+        generation = self.state.generation
+        due = final or generation % self.config.export_every == 0
+        return generation > 0 and due and self.state.exported_generation != generation
+
     def step(self, fitness_of, es_state, rng, params) -> tuple[Any, jax.Array, Generation]:
-        """One generation: ask, train every member on the same fresh keys, tell."""
+        """One generation (see `es_generation`), counted and logged."""
         start = time.perf_counter()
-        rng, key_ask, key_train, key_tell = jax.random.split(rng, 4)
         sigma = float(es_state.std)
-        population, es_state = self.strategy.ask(key_ask, es_state, params)
-        keys = jax.random.split(key_train, self.config.member_seeds)
-        fitness, _ = fitness_of(keys, population)
-        es_state, _ = self.strategy.tell(key_tell, population, -fitness, es_state, params)
-        fitness = np.asarray(fitness)
+        es_state, rng, fitness = es_generation(
+            self.strategy, fitness_of, es_state, rng, self.config.member_seeds, params
+        )
         self.state.generation += 1
         best = float(fitness.max())
         if self.state.best_fitness is None or best > self.state.best_fitness:
@@ -400,6 +449,7 @@ class ESRun:
         best = self._best_after(outcome)
         self.state.exports = seq
         self.state.last_export = cid
+        self.state.exported_generation = generation
         self.archive.record_candidate(
             row,
             outcome,

@@ -12,10 +12,12 @@ wider networks are refused here with the width that fits.
 
 from __future__ import annotations
 
+import ast
+
 import numpy as np
 
 from metarl.evaluation.static_check import MAX_AST_NODES, MAX_SOURCE_BYTES
-from metarl.rl.lpo import DEAD_ZONE, MetaParams, weights
+from metarl.rl.lpo import DEAD_ZONE, NUM_FEATURES, MetaParams, from_weights, weights
 
 
 class ExportError(ValueError):
@@ -93,3 +95,41 @@ def lpo_source(params: MetaParams, title: str = "LPO meta-network") -> str:
             f"width {fits} fits)"
         )
     return source
+
+
+def read_lpo_source(source: str) -> MetaParams | None:
+    """The network of a source that `lpo_source` wrote, read without executing it (`ast`);
+    None when the source is not such an export.
+
+    Args:
+        source: candidate source.
+
+    Returns:
+        LPONetwork parameters, or None.
+    """
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    arrays = {}
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and node.targets[0].id in ("hidden", "out")
+            and isinstance(node.value, ast.Call)
+            and node.value.args
+        ):
+            try:
+                arrays[node.targets[0].id] = np.asarray(
+                    ast.literal_eval(node.value.args[0]), np.float32
+                )
+            except (ValueError, SyntaxError):
+                return None
+    hidden, out = arrays.get("hidden"), arrays.get("out")
+    if hidden is None or out is None or hidden.ndim != 2 or out.shape != hidden.shape[1:]:
+        return None
+    if hidden.shape[0] != NUM_FEATURES:
+        return None
+    return from_weights(hidden, out)

@@ -47,7 +47,9 @@ optimizer state, or a negative drift on any minibatch, fails the stage, naming u
 `train_baselines`) that tests call in-process; here they run in disposable sandboxed
 workers (evaluation/sandbox.py, bubblewrap): the *tracer* runs the candidate's Python, its
 probes and `jax.export` (limit `trace_timeout_s`, 60 s: a Python or trace-time infinite loop
-stops there), and sends back an artifact; the *trainer*, which never runs candidate Python,
+stops there), and sends back an artifact (or, for `Evaluator.sample`, a drift candidate's
+values and slopes on the distillation grid: stages.sample_candidate, under the same limit); the
+*trainer*, which never runs candidate Python,
 verifies the artifact (rl/artifact.py), probes it again on inputs the tracer never saw,
 fingerprints it and trains it (stages 3-4; limit scaled from the baseline's measured time for the
 same work, `train_timeout_factor` x, at least `train_timeout_floor_s`, at most `timeout_s`).
@@ -68,6 +70,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
+import numpy as np
+
 from metarl import platform
 from metarl.evaluation import baseline_cache
 from metarl.evaluation.outcome import (
@@ -86,12 +90,29 @@ from metarl.evaluation.sandbox import (
 from metarl.evaluation.settings import CascadeSettings, PlannedRun, Reference, plan_runs, validate
 from metarl.evaluation.static_check import check_task_source
 from metarl.evaluation.text import clean
+from metarl.rl.lpo import DriftSamples, drift_grid
 from metarl.rl.scoring import aggregate
 from metarl.rl.training import EnvRun
 from metarl.tasks import get_task
 from metarl.tasks.candidate import source_hash
 
 logger = logging.getLogger(__name__)
+
+MAX_SAMPLE_POINTS = 512  # 512^2 values and slopes: ~12 MB of JSON, under the channel's 16 MB
+
+
+class SampleFailure(Exception):
+    """A candidate could not be sampled on the distillation grid (`Evaluator.sample`).
+
+    Attributes:
+        stage: "static" (refused by the static check) or "sample" (in the sandboxed tracer).
+        reason: one line, cleaned of control characters and secrets.
+    """
+
+    def __init__(self, stage: str, reason: str):
+        self.stage = stage
+        self.reason = " ".join(clean(str(reason), 1000).split())
+        super().__init__(f"{stage}: {self.reason}")
 
 
 def _resolve_task(task):
@@ -328,6 +349,46 @@ class Evaluator:
             # the tracer's phases; its wall time is "trace" (the trainer's is "sandbox")
             candidate.timings.update({k: v for k, v in traced.timings.items() if k != "sandbox"})
 
+    def sample(
+        self, source: str, task: str = "drift", points: int = 128, epsilon: float = 0.2
+    ) -> DriftSamples:
+        """A drift candidate's values and slopes on `drift_grid(points)`, sampled in a tracer.
+
+        The static check runs here; the sampling (stages.sample_candidate) runs in a sandboxed
+        tracer under the tracer's time limit, and every number it returns is checked here.
+
+        Args:
+            source: the candidate's source (untrusted).
+            task: the task; only "drift" can be sampled.
+            points: grid points per axis (1 to MAX_SAMPLE_POINTS).
+            epsilon: the clip range passed to the drift.
+
+        Returns:
+            The samples; the grid's ratios and advantages are computed here.
+
+        Raises:
+            SampleFailure: the candidate failed the static check or could not be sampled.
+            ValueError: a task other than drift, or points or epsilon out of range.
+        """
+        task_obj, points, epsilon = _resolve_task(task), int(points), float(epsilon)
+        if task_obj.name != "drift" or not 1 <= points <= MAX_SAMPLE_POINTS:
+            raise ValueError(f"only drift candidates, 1 to {MAX_SAMPLE_POINTS} points per axis")
+        if not math.isfinite(epsilon):
+            raise ValueError(f"epsilon must be finite, not {epsilon}")
+        report = check_task_source(source, task_obj)
+        if not report.ok:
+            raise SampleFailure("static", report.reason)
+        job = {"kind": "sample", "task": task_obj.name, "source": source, "points": points}
+        job.update(epsilon=epsilon, first_stage="sample")
+        with self._slots:
+            run = self._tracers.acquire().run(
+                job, min(self.settings.trace_timeout_s, self.settings.timeout_s)
+            )
+        value, slope = _read_samples(run, points * points)
+        grid = drift_grid(points)
+        ratio = np.asarray(grid.ratio, np.float32)
+        return DriftSamples(ratio, np.asarray(grid.advantage, np.float32), value, slope)
+
     def _train(
         self,
         task,
@@ -510,6 +571,40 @@ def _read_trace(run: WorkerResult) -> tuple[object, list[str], str | None]:
     if payload.get("ok") is False and isinstance(reason, str) and reason:
         return None, warnings, reason
     return None, [], "the tracer sent a malformed result"
+
+
+def _read_samples(run: WorkerResult, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(value, slope) from the tracer's `sample` result; every field checked.
+
+    Raises:
+        SampleFailure: the tracer stopped, the candidate could not be sampled, or the result
+            is not two lists of exactly `size` finite floats.
+    """
+    if run.status != "ok":
+        raise SampleFailure("sample", run.reason or f"the tracer stopped ({run.status})")
+    payload, kind = run.result.get("payload"), run.result.get("kind")
+    if kind == "error" and isinstance(payload, dict):
+        raise SampleFailure("sample", f"the candidate broke its tracer: {payload.get('error')}")
+    if kind != "sample" or not isinstance(payload, dict) or not isinstance(payload.get("ok"), bool):
+        raise SampleFailure("sample", "the tracer sent a malformed result")
+    if not payload["ok"]:
+        reason = payload.get("reason")
+        raise SampleFailure("sample", reason if isinstance(reason, str) and reason else "no reason")
+    value = _floats(payload.get("value"), size, "value")
+    return value, _floats(payload.get("slope"), size, "slope")
+
+
+def _floats(data: object, size: int, name: str) -> np.ndarray:
+    """`data` as float32 when it is a list of exactly `size` finite floats (SampleFailure else)."""
+    if not isinstance(data, list) or len(data) != size or any(type(x) is not float for x in data):
+        raise SampleFailure(
+            "sample", f"the tracer sent a malformed result ({name}s: not {size} floats)"
+        )
+    with np.errstate(over="ignore"):
+        array = np.asarray(data, np.float64).astype(np.float32)
+    if not np.all(np.isfinite(array)):
+        raise SampleFailure("sample", f"the tracer sent a malformed result (non-finite {name}s)")
+    return array
 
 
 def verify_outcome(

@@ -7,6 +7,9 @@ and the sandbox worker (evaluation/worker.py) only wires them to its result chan
   candidate, runs the task's probes on it (detailed, friendly reasons for the proposer) and
   exports it per element (rl/artifact.py). In production it runs in the *tracer*, a process the
   candidate owns once its code runs, so the parent treats what it returns as untrusted data.
+- `sample_candidate`: the other function that runs candidate Python: a drift candidate's
+  values and slopes on the distillation grid (rl/lpo.py), for black-box distillation. It runs in
+  a tracer too, and the parent validates every number it returns.
 - `evaluate_artifact`: stages 2-4 on an exported candidate, trusted code only: verifies the
   artifact, probes it again on inputs the tracer never saw, fingerprints it, and trains and
   scores it with the parent's references. Runs in the *trainer*.
@@ -24,10 +27,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+import numpy as np
+
 from metarl.evaluation.outcome import EnvScore, Outcome, env_score
 from metarl.evaluation.settings import CascadeSettings, PlannedRun, plan_runs
 from metarl.rl.artifact import ArtifactRejected, decode, encode, export_variants, load_variants
 from metarl.rl.configs import PPOConfig
+from metarl.rl.lpo import drift_grid, sample_drift
 from metarl.rl.scoring import aggregate
 from metarl.rl.training import BatchProgram, EnvRun, random_policy_return
 from metarl.tasks import Task
@@ -142,6 +148,69 @@ def trace_candidate(task: Task, source: str, probe_seed: int, platform: str) -> 
             warnings=warnings,
         )
     return TraceResult(ok=True, artifact=encode(blobs), warnings=warnings)
+
+
+def _first_nonfinite(
+    name: str, values: np.ndarray, ratio: np.ndarray, advantage: np.ndarray
+) -> str | None:
+    """Where `values` first stops being finite, as a one-line reason (None when all finite)."""
+    bad = np.flatnonzero(~np.isfinite(values))
+    if bad.size == 0:
+        return None
+    at = int(bad[0])
+    return (
+        f"non-finite {name} ({values[at]}) at ratio={float(ratio[at]):.4g}, "
+        f"advantage={float(advantage[at]):.4g} ({bad.size} of {values.size} grid points); "
+        "the drift and its slope must be finite for every ratio in [e^-2, e^2] and advantage "
+        "in [-8, 8]"
+    )
+
+
+def sample_candidate(task: Task, source: str, points: int, epsilon: float) -> dict:
+    """A drift candidate's values and slopes d drift / d ratio on the distillation grid.
+
+    Runs candidate Python (in production only inside a sandboxed tracer): loads the candidate
+    as `trace_candidate` does and samples it with `rl.lpo.sample_drift` on `drift_grid(points)`.
+
+    Args:
+        task: the task; only `drift` can be sampled.
+        source: the candidate's source code (already through the static check).
+        points: grid points per axis (`points * points` samples).
+        epsilon: the clip range passed to the drift.
+
+    Returns:
+        `{"ok": True, "value": [...], "slope": [...]}` (`points * points` floats each, in the
+        grid's order) or `{"ok": False, "reason": "..."}` with a one-line reason.
+    """
+    if task.name != "drift":
+        return {"ok": False, "reason": f"only the drift task can be sampled, not {task.name!r}"}
+    grid = drift_grid(int(points))
+    size = int(points) ** 2
+    try:
+        function = load_candidate(source, task.function_name)
+        try:
+            samples = sample_drift(function, grid, float(epsilon))
+        except Exception as error:
+            raise StageFailure(
+                describe_exception(error, "sampling the drift and its slope on the grid")
+            ) from error
+        for name, values in (
+            ("drift value", samples.value),
+            ("slope d drift / d ratio", samples.slope),
+        ):
+            if values.shape != (size,):
+                raise StageFailure(
+                    f"the {name} has shape {values.shape} on {size} scalar grid points; "
+                    "expected one scalar per (ratio, advantage) pair"
+                )
+            reason = _first_nonfinite(name, values, samples.ratio, samples.advantage)
+            if reason:
+                raise StageFailure(reason)
+    except StageFailure as failure:
+        return {"ok": False, "reason": " ".join(failure.reason.split())}
+    except MemoryError:
+        return {"ok": False, "reason": "ran out of memory while sampling the drift (MemoryError)"}
+    return {"ok": True, "value": samples.value.tolist(), "slope": samples.slope.tolist()}
 
 
 # --- stages 2-4, trusted: the verified artifact ---------------------------------------------

@@ -12,7 +12,8 @@ Started by metarl.evaluation.sandbox inside bubblewrap (see there). In order:
 Two roles, never mixed in one process:
 - **tracer**: the only process that runs candidate Python. It loads the candidate, runs the
   task's probes on it (detailed, friendly reasons for the proposer) and exports it per element
-  (rl/artifact.py). Once candidate code has run, the process is the candidate's: the
+  (rl/artifact.py), or samples a drift candidate on the distillation grid (job kind
+  `sample`). Once candidate code has run, the process is the candidate's: the
   parent treats everything it sends (the artifact, the reason, its output) as untrusted data.
 - **trainer**: trusted code only. It verifies the artifact, probes it again on inputs the
   tracer never saw, computes the fingerprint, and trains and scores it (stages 2-4); or trains
@@ -162,6 +163,10 @@ PRELOAD = (
 )
 
 
+# the jobs that run candidate Python: only a tracer runs them, and a tracer runs nothing else
+TRACER_KINDS = ("trace", "sample")
+
+
 def run(job: dict, report) -> dict:
     """Run one job from the parent with the stage functions; its JSON-ready payload."""
     # lazy: the worker imports nothing of metarl before its rlimits are set (see main)
@@ -177,6 +182,10 @@ def run(job: dict, report) -> dict:
         return stages.trace_candidate(
             task, job["source"], int(job.get("probe_seed", 0)), job["platform"]
         ).to_dict()
+    if kind == "sample":
+        return stages.sample_candidate(
+            task, job["source"], int(job["points"]), float(job["epsilon"])
+        )
     settings = CascadeSettings(**job["settings"])
     if kind == "baseline":
         return stages.train_baselines(
@@ -270,7 +279,7 @@ def main(argv: list[str] | None = None) -> None:
 
     try:
         kind = job.get("kind")
-        if (kind == "trace") != (args.role == "tracer") and kind != "introspect":
+        if (kind in TRACER_KINDS) != (args.role == "tracer") and kind != "introspect":
             raise ValueError(f"a {args.role} does not run {kind!r} jobs")
         payload = run(job, channel.send)
         if kind == "evaluate":

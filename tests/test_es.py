@@ -52,8 +52,8 @@ def test_lpo_drift_is_nonnegative_and_zero_with_zero_slope_at_ratio_one():
     # every feature is 0 at r = 1, so the bias-free network is exactly 0 there and inside the
     # dead zone: the drift and its slope vanish (only very near 1 for weights this large)
     for advantage in (-3.0, 0.5, 4.0):
-        value, slope = jax.value_and_grad(lambda r: lpo.lpo_drift(params, r, advantage, 0.2))(
-            jnp.float32(1.0)
+        value, slope = jax.value_and_grad(lpo.lpo_drift, argnums=1)(
+            params, jnp.float32(1.0), advantage, 0.2
         )
         assert float(value) == 0.0 and float(slope) == 0.0
 

@@ -188,3 +188,123 @@ class _ESProgress:
             )
         elif kind == "status":
             self.progress.update(self.bar, info=data["text"])
+
+
+def distil(
+    teacher: str = typer.Argument(..., help="The candidate to distil (an id, e.g. r3-7)."),
+    hidden: int = typer.Option(32, "--hidden", help="Width of the student network."),
+    steps: Optional[int] = typer.Option(None, "--steps", help="Adam steps."),
+    objective: Optional[str] = typer.Option(
+        None, "--objective", help="slope (match d drift/dr, the paper's), value or both."
+    ),
+    points: Optional[int] = typer.Option(None, "--points", help="Grid points per axis."),
+    rng_seed: Optional[int] = typer.Option(None, "--seed", help="RNG seed of the fit."),
+    archive: str = archive_option(),
+    verbose: bool = verbose_option(),
+) -> None:
+    """Distil a drift candidate (an ES export, an LLM's program, a seed) into an LPO network of
+    another width, by gradient matching on the grid; score it like the teacher and archive it
+    (method distil, parent = the teacher).
+
+    Examples:
+
+      metarl distil r4-3 --hidden 32
+
+      metarl distil r1-2 --hidden 128 --objective both --steps 20000
+    """
+    # lazy: distillation imports jax; `metarl --help` stays fast
+    from metarl.archives.store import Archive
+    from metarl.blackbox.derive import distil_teacher
+    from metarl.blackbox.distil import DistilSettings
+
+    log_to_stderr(verbose)
+    chosen = {"steps": steps, "objective": objective, "points": points, "rng_seed": rng_seed}
+    settings = DistilSettings(hidden=hidden, **{k: v for k, v in chosen.items() if v is not None})
+    with Archive(archive, must_exist=True) as store:
+        result = _derive(lambda status: distil_teacher(store, teacher, settings, on_status=status))
+    _print_derived("distilled", result, archive)
+
+
+def symbolic(
+    teacher: str = typer.Argument(..., help="The candidate to fit (an id, e.g. r3-7)."),
+    objective: Optional[str] = typer.Option(
+        None, "--objective", help="value (match the drift) or slope (match d drift/dr)."
+    ),
+    max_length: Optional[int] = typer.Option(None, "--max-length", help="Most nodes."),
+    max_depth: Optional[int] = typer.Option(None, "--max-depth", help="Deepest expression."),
+    generations: Optional[int] = typer.Option(None, "--generations", help="GP generations."),
+    search_time: Optional[int] = typer.Option(None, "--search-time", help="Search seconds."),
+    backend: Optional[str] = typer.Option(None, "--backend", help="operon or pysr."),
+    rng_seed: Optional[int] = typer.Option(None, "--seed", help="RNG seed of the search."),
+    archive: str = archive_option(),
+    verbose: bool = verbose_option(),
+) -> None:
+    """Find a closed-form drift for a candidate with symbolic regression (pyoperon; PySR when
+    installed), score it like the teacher and archive it (method symbolic, parent = the
+    teacher, its expression and fit error as metadata).
+
+    Examples:
+
+      metarl symbolic r4-3
+
+      metarl symbolic r2-5 --objective slope --max-length 30 --search-time 120
+    """
+    # lazy: the fit imports jax and pyoperon; `metarl --help` stays fast
+    from metarl.archives.store import Archive
+    from metarl.symbolic.derive import symbolic_teacher
+    from metarl.symbolic.settings import SymbolicSettings
+
+    log_to_stderr(verbose)
+    chosen = {
+        "objective": objective,
+        "max_length": max_length,
+        "max_depth": max_depth,
+        "generations": generations,
+        "max_time_s": search_time,
+        "backend": backend,
+        "rng_seed": rng_seed,
+    }
+    try:
+        settings = SymbolicSettings(**{k: v for k, v in chosen.items() if v is not None})
+    except ValueError as error:
+        raise UserError(str(error)) from None
+    with Archive(archive, must_exist=True) as store:
+        result = _derive(
+            lambda status: symbolic_teacher(store, teacher, settings, on_status=status)
+        )
+    expression = result.meta.get("expression")
+    if expression:
+        display.console.print(
+            f"f = {expression}  (size {result.meta['size']}, value MSE "
+            f"{result.meta['value_error']:.3g}, slope MSE {result.meta['slope_error']:.3g})"
+        )
+    _print_derived("symbolic fit of", result, archive)
+
+
+def _derive(work):
+    """Run a derivation with a status spinner; a teacher that cannot be sampled is one line."""
+    # lazy: the cascade imports jax
+    from metarl.evaluation.cascade import SampleFailure
+
+    with display.console.status("starting") as status:
+        try:
+            return work(lambda text: status.update(text))
+        except SampleFailure as failure:
+            raise UserError(f"the teacher could not be sampled ({failure})", 1) from None
+        except ValueError as error:  # settings the fit refuses (DistilSettings, a bad grid)
+            raise UserError(str(error)) from None
+
+
+def _print_derived(verb: str, result, archive: str) -> None:
+    outcome = result.outcome
+    score = "—" if outcome.fitness is None else f"{outcome.fitness:.3f}"
+    teacher = "—" if result.teacher_fitness is None else f"{result.teacher_fitness:.3f}"
+    status = "passed" if outcome.passed else f"failed at {outcome.stage}: {outcome.reason}"
+    display.console.print(
+        f"{verb} {result.teacher_id} -> {result.candidate_id} (run {result.run_id}): {status}; "
+        f"fitness {score} (teacher {teacher})"
+    )
+    display.console.print(
+        f"compare: metarl leaderboard --all{archive_hint(archive)}  ·  "
+        f"metarl show {result.candidate_id}{archive_hint(archive)}"
+    )

@@ -1,0 +1,142 @@
+"""Candidates derived from an archived one: a distilled network, a symbolic formula.
+
+Distillation and symbolic regression start from a *teacher*, any archived drift candidate (an
+ES export, an LLM's program, a seed). Each derivation is a run of its own (`method` distil or
+symbolic) with one candidate whose parent is the teacher, scored by the cascade with the
+teacher's suite, seeds and budget, so the student and the teacher sit side by side on the
+leaderboard. The method's own objective (fit errors, the expression) goes to `meta`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from metarl.archives.keys import eval_settings_key, suite_config_hash
+from metarl.archives.store import Archive, ArchiveError, now
+from metarl.evaluation.baseline_cache import library_versions
+from metarl.evaluation.outcome import Outcome
+from metarl.evaluation.settings import CascadeSettings
+from metarl.platform import device_description
+from metarl.tasks.candidate import source_hash
+
+
+@dataclass(frozen=True)
+class Teacher:
+    """The archived candidate a method derives from."""
+
+    id: str
+    code: str
+    task: str
+    suite: str
+    seeds: int  # training seeds of its evaluation
+    total_timesteps: int | None
+    fitness: float | None
+
+
+class Derived(NamedTuple):
+    """A derivation's archived result: the run, its one candidate, and its teacher."""
+
+    run_id: str
+    candidate_id: str
+    teacher_id: str
+    teacher_fitness: float | None
+    outcome: Outcome
+    meta: dict
+
+
+def load_teacher(archive: Archive, ref: str) -> Teacher:
+    """The candidate `ref` (an id or unique id prefix) as a teacher.
+
+    Raises:
+        ArchiveError: no such candidate, not a drift candidate, or it has no code.
+    """
+    row = archive.candidate(archive.resolve_candidate(ref))
+    if row.get("task") != "drift":
+        raise ArchiveError(f"candidate {row['id']} is a {row.get('task')} candidate; only drift")
+    if not row.get("code"):
+        raise ArchiveError(f"candidate {row['id']} has no code to learn from")
+    return Teacher(
+        id=row["id"],
+        code=row["code"],
+        task=row["task"],
+        suite=row.get("suite") or "classic",
+        seeds=len(row.get("seeds") or []) or 2,
+        total_timesteps=row.get("total_timesteps"),
+        fitness=row.get("fitness"),
+    )
+
+
+def teacher_settings(teacher: Teacher, **limits: Any) -> CascadeSettings:
+    """The cascade settings that score a student exactly as its teacher was scored."""
+    return CascadeSettings(
+        suite=teacher.suite,
+        seeds=teacher.seeds,
+        total_timesteps=teacher.total_timesteps,
+        probe_seed=0,
+        **limits,
+    )
+
+
+def record_derived(
+    archive: Archive,
+    *,
+    method: str,
+    teacher: Teacher,
+    code: str | None,
+    outcome: Outcome,
+    settings: CascadeSettings,
+    name: str,
+    thought: str,
+    meta: dict,
+    config: dict,
+) -> tuple[str, str]:
+    """A run of `method` holding one candidate derived from `teacher`, written atomically.
+
+    Returns:
+        (run id, candidate id).
+    """
+    versions, device = library_versions(), device_description()
+    run_id = archive.create_run(
+        task=teacher.task,
+        suite=teacher.suite,
+        method=method,
+        proposer=method,
+        mode=method,
+        config=config,
+        versions=versions,
+        device=device,
+        status="finished",
+        stop_reason="done",
+        ended_at=now(),
+    )
+    cid = f"{run_id}-1"
+    row = {
+        "id": cid,
+        "run_id": run_id,
+        "seq": 1,
+        "task": teacher.task,
+        "suite": teacher.suite,
+        "method": method,
+        "hash": source_hash(code) if code else None,
+        "code": code,
+        "name": name,
+        "thought": thought,
+        "parent_ids": [teacher.id],
+        "generation": 1,
+        "is_seed": 0,
+        "proposer": method,
+        "operator": method,
+        "seeds": list(range(settings.seeds)),
+        "total_timesteps": teacher.total_timesteps,
+        "eval_key": eval_settings_key(teacher.task, settings, versions, device),
+        "config_hash": suite_config_hash(teacher.suite, teacher.total_timesteps),
+        "versions": versions,
+        "device": device,
+        "meta": meta,
+    }
+    update = {"candidates_count": True}
+    if outcome.passed and outcome.fitness is not None:
+        update |= {"best_id": cid, "best_fitness": outcome.fitness}
+    archive.record_candidate(row, outcome, run_update=update)
+    return run_id, cid

@@ -67,8 +67,10 @@ def es(
     archive: str = archive_option(),
     verbose: bool = verbose_option(),
 ) -> None:
-    """Meta-learn the drift with black-box evolution strategies (evosax OpenAI-ES) over the LPO
-    meta-network; the ES mean is scored by the cascade every few generations and archived.
+    """Meta-learn the drift with evolution strategies over the LPO meta-network.
+
+    evosax's OpenAI-ES searches the network's weights; every few generations the ES mean is
+    exported as candidate source, scored by the cascade and archived (method es).
 
     Defaults are the paper's ES settings (population 64, sigma and lr 0.03 decaying); on a CPU
     use a smaller population.
@@ -84,7 +86,7 @@ def es(
     # lazy: the ES imports jax and evosax; `metarl --help` stays fast
     from metarl.archives.queries import leaderboard
     from metarl.archives.store import Archive
-    from metarl.blackbox.config import ESConfig
+    from metarl.blackbox.config import ESConfig, ESConfigError
     from metarl.blackbox.es import ESRun
 
     log_to_stderr(verbose)
@@ -103,6 +105,11 @@ def es(
     budgets = {"generations": generations, "unsafe_no_sandbox": unsafe_no_sandbox or None}
     if max_time is not None:
         budgets["max_time"] = parse_duration(max_time)
+    if not resume:
+        try:
+            ESConfig(**{k: v for k, v in {**chosen, **budgets}.items() if v is not None}).resolved()
+        except ESConfigError as error:
+            raise UserError(str(error)) from None
     with Archive(archive, must_exist=bool(resume)) as store:
         if resume:
             stored = store.get_run(resume).get("config") or {}
@@ -202,9 +209,11 @@ def distil(
     archive: str = archive_option(),
     verbose: bool = verbose_option(),
 ) -> None:
-    """Distil a drift candidate (an ES export, an LLM's program, a seed) into an LPO network of
-    another width, by gradient matching on the grid; score it like the teacher and archive it
-    (method distil, parent = the teacher).
+    """Distil a drift candidate into an LPO network of another width.
+
+    The teacher (an ES export, an LLM's program, a seed) is sampled in the sandbox, matched by
+    gradient on the grid, scored like the teacher and archived (method distil, parent = the
+    teacher).
 
     Examples:
 
@@ -239,9 +248,11 @@ def symbolic(
     archive: str = archive_option(),
     verbose: bool = verbose_option(),
 ) -> None:
-    """Find a closed-form drift for a candidate with symbolic regression (pyoperon; PySR when
-    installed), score it like the teacher and archive it (method symbolic, parent = the
-    teacher, its expression and fit error as metadata).
+    """Find a closed-form drift for a candidate with symbolic regression.
+
+    pyoperon (PySR when installed) searches expressions over (log r, r-1, A); the formula is
+    scored like the teacher and archived (method symbolic, parent = the teacher, with its
+    expression and fit error as metadata).
 
     Examples:
 

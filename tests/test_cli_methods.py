@@ -18,8 +18,8 @@ def test_es_with_an_odd_population_is_one_line_and_creates_no_archive(tmp_path, 
     assert not archive.exists()
 
 
-def test_es_for_the_optimizer_task_says_what_is_supported(tmp_path, restore_logging):
-    result = invoke("es", "--task", "optimizer", "--archive", str(tmp_path / "a.db"))
+def test_es_for_a_task_it_has_no_network_for_says_what_is_supported(tmp_path, restore_logging):
+    result = invoke("es", "--task", "reward", "--archive", str(tmp_path / "a.db"))
     assert result.exit_code == 2 and "drift" in result.output
 
 

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from metarl.archives.store import Archive
-from metarl.blackbox import es
+from metarl.blackbox import es, open_lite
 from metarl.blackbox.config import ESConfig, ESConfigError
 from metarl.blackbox.export import ExportError, lpo_source, read_lpo_source
+from metarl.evaluation.stages import trace_candidate
 from metarl.evaluation.static_check import check_task_source
 from metarl.rl import lpo
 from metarl.rl.components import ppo_clip_drift
@@ -82,7 +83,7 @@ def test_es_options_that_no_run_can_use_are_refused():
     with pytest.raises(ESConfigError, match="even"):
         ESConfig(population=5).resolved()
     with pytest.raises(ESConfigError, match="drift"):
-        ESConfig(task="optimizer").resolved()
+        ESConfig(task="reward").resolved()
 
 
 def test_a_short_es_run_improves_a_deliberately_bad_mean():
@@ -197,3 +198,48 @@ def test_the_ppo_clip_drift_is_the_zero_network_on_the_distillation_grid():
     zero = lpo.sample_drift(lambda r, a, e: lpo.lpo_drift(lpo.zero_params(8), r, a, e), grid)
     ppo = lpo.sample_drift(ppo_clip_drift, grid)
     assert np.array_equal(zero.value, ppo.value) and np.array_equal(zero.slope, ppo.slope)
+
+
+def test_zero_weight_open_lite_network_trains_exactly_like_adam():
+    config = get_suite("smoke").config("CartPole-v1", TIMESTEPS)
+    keys = seed_keys([0, 1])
+    adam = jax.jit(jax.vmap(make_train(config)))(keys)
+    meta = jax.jit(jax.vmap(open_lite.make_open_lite_train(config), in_axes=(0, None)))(
+        keys, open_lite.zero_params()
+    )
+    for name, a, b in zip(adam._fields, adam, meta):
+        assert np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True), name
+
+
+def test_exported_open_lite_rule_passes_the_probes_and_updates_like_the_network():
+    params = jax.tree.map(lambda w: 0.5 * w, open_lite.init_params(jax.random.PRNGKey(2)))
+    source = open_lite.open_lite_source(params, "a test OPEN-lite network")
+    task = get_task("optimizer")
+    assert check_task_source(source, task).ok
+    traced = trace_candidate(task, source, 0, "cpu")
+    assert traced.ok, traced.reason
+    namespace = {"jax": jax, "jnp": jnp}
+    exec(source, namespace)  # generated, trusted source
+    keys = jax.random.split(jax.random.PRNGKey(0), 4)
+    grad, param = (jax.random.normal(k, (3, 5)) for k in keys[:2])
+    momentum = jax.random.normal(keys[2], (5, 3, 5)) * 0.1
+    state = jnp.abs(jax.random.normal(keys[3], (4, 3, 5)))
+    args = (grad, param, momentum, state, jnp.int32(7), jnp.float32(0.3), jnp.float32(2.5e-4))
+    exported = namespace["optimizer"](*args)
+    direct = open_lite.open_lite_rule(params)(*args)
+    for a, b in zip(exported, direct):
+        assert np.array_equal(np.asarray(a), np.asarray(b))
+    assert not np.allclose(exported[0], open_lite.open_lite_rule(open_lite.zero_params())(*args)[0])
+
+
+def test_an_optimizer_population_trains_as_one_program_with_finite_fitness():
+    config = ESConfig(task="optimizer", suite="smoke", population=2, timesteps=TIMESTEPS)
+    config = config.resolved()
+    assert config.hidden == open_lite.OPEN_LITE_HIDDEN
+    fitness_of = es.make_population_fitness(config, {"CartPole-v1": es.Normaliser(500.0, 0.0)})
+    strategy = es.make_strategy(config)
+    state = strategy.init(jax.random.PRNGKey(0), open_lite.zero_params(), strategy.default_params)
+    state, _, fitness = es.es_generation(
+        strategy, fitness_of, state, jax.random.PRNGKey(1), 1, strategy.default_params
+    )
+    assert fitness.shape == (2,) and np.all(np.isfinite(fitness)) and np.all(fitness > 0)

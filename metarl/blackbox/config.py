@@ -18,8 +18,8 @@ import hashlib
 import json
 from dataclasses import dataclass
 
+from metarl.blackbox.families import FAMILIES
 from metarl.evaluation.settings import CascadeSettings, SandboxLimits
-from metarl.rl.lpo import LPO_HIDDEN
 from metarl.rl.suites import UnknownSuite, get_suite
 
 
@@ -38,7 +38,7 @@ class ESConfig:
     # the ES (paper defaults)
     population: int = 64  # members per generation (even: antithetic pairs)
     generations: int = 20
-    hidden: int = LPO_HIDDEN  # width of the LPO meta-network
+    hidden: int | None = None  # the meta-network's width; None: the task's (LPO 128, OPEN-lite 16)
     sigma: float = 0.03
     sigma_decay: float = 0.99
     sigma_floor: float = 0.01
@@ -65,10 +65,13 @@ class ESConfig:
             ESConfigError: an option no run can use.
         """
         config = dataclasses.replace(self, timesteps=self.timesteps or None)
-        if config.task != "drift":
+        if config.task not in FAMILIES:
             raise ESConfigError(
-                f"black-box ES meta-learns the drift task; {config.task!r} is not supported"
+                f"black-box ES meta-learns the drift (LPO) or optimizer (OPEN-lite) task, "
+                f"not {config.task!r}"
             )
+        if config.hidden is None:
+            config.hidden = FAMILIES[config.task].default_hidden
         try:
             get_suite(config.suite)
         except UnknownSuite as error:

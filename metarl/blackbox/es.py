@@ -1,6 +1,8 @@
-"""Black-box meta-learning of the drift with evolution strategies (evosax's OpenAI-ES).
+"""Black-box meta-learning with evolution strategies (evosax's OpenAI-ES).
 
-The ES searches the weights of the LPO meta-network (rl/lpo.py). Each generation:
+The ES searches the weights of a meta-network (blackbox/families.py): the LPO drift network
+(rl/lpo.py) for the `drift` task, OPEN-lite (blackbox/open_lite.py) for `optimizer`. Each
+generation:
 
     population = ES.ask()                                  antithetic pairs around the mean
     for each training env (one compiled program per env, for the whole run):
@@ -37,13 +39,14 @@ from evosax.algorithms import Open_ES
 from metarl.archives.keys import eval_settings_key, suite_config_hash
 from metarl.archives.store import Archive, ArchiveError, now
 from metarl.blackbox.config import ESConfig
-from metarl.blackbox.export import ExportError, lpo_source
+from metarl.blackbox.export import ExportError
+from metarl.blackbox.families import FAMILIES
 from metarl.evaluation.baseline_cache import library_versions
 from metarl.evaluation.cascade import Evaluator
 from metarl.evaluation.outcome import Outcome
 from metarl.evaluation.settings import Reference, plan_runs
 from metarl.platform import device_description
-from metarl.rl.lpo import MetaParams, make_meta_train, network_width, zero_params
+from metarl.rl.lpo import MetaParams, network_width
 from metarl.rl.suites import get_suite
 from metarl.tasks import get_task
 from metarl.tasks.candidate import source_hash
@@ -91,7 +94,7 @@ def make_strategy(config: ESConfig) -> Open_ES:
     )
     return Open_ES(
         population_size=config.population,
-        solution=zero_params(config.hidden),
+        solution=FAMILIES[config.task].zero_params(config.hidden),
         use_antithetic_sampling=True,
         optimizer=optax.adam(learning_rate, b1=config.beta1),
         std_schedule=sigma,
@@ -108,9 +111,10 @@ def make_population_fitness(
     reused for the whole run.
     """
     suite = get_suite(config.suite)
+    family = FAMILIES[config.task]
     programs = {}
     for env in suite.envs:
-        train = make_meta_train(suite.config(env, config.timesteps))
+        train = family.make_train(suite.config(env, config.timesteps))
         programs[env] = jax.jit(jax.vmap(jax.vmap(train, in_axes=(0, None)), in_axes=(None, 0)))
 
     def fitness(keys: jax.Array, population: MetaParams):
@@ -260,6 +264,7 @@ class ESRun:
         self.emit = on_event or (lambda kind, data: None)
         self.factory = evaluator_factory or (lambda settings: Evaluator(settings, workers=1))
         self.task = get_task(self.config.task)
+        self.family = FAMILIES[self.config.task]
         self.settings = self.config.cascade_settings()
         self.versions = library_versions()
         self.device = device_description()
@@ -277,9 +282,9 @@ class ESRun:
         """Create or reopen the run; the ES state and RNG to continue from."""
         fresh_rng = jax.random.PRNGKey(self.config.rng_seed)
         rng, init_key = jax.random.split(fresh_rng)
-        mean = (
-            self.initial_mean if self.initial_mean is not None else zero_params(self.config.hidden)
-        )
+        mean = self.initial_mean
+        if mean is None:
+            mean = self.family.zero_params(self.config.hidden)
         if network_width(mean) != self.config.hidden:
             raise ESError(
                 f"the initial mean has width {network_width(mean)}, not {self.config.hidden}"
@@ -406,9 +411,9 @@ class ESRun:
         generation = self.state.generation
         seq = self.state.exports + 1
         cid = f"{self.run_id}-{seq}"
-        title = f"ES mean after generation {generation} of run {self.run_id}"
+        title = f"{self.family.network}: ES mean after generation {generation} of {self.run_id}"
         try:
-            code = lpo_source(self.mean_params(es_state), title)
+            code = self.family.source(self.mean_params(es_state), title)
         except ExportError as error:
             outcome, code = Outcome.failure("static", str(error)), None
         else:

@@ -83,18 +83,30 @@ def lpo_source(params: MetaParams, title: str = "LPO meta-network") -> str:
         hidden=array_literal(hidden),
         out=array_literal(out),
     )
+    check_export_size(source, hidden, out)
+    return source
+
+
+def check_export_size(source: str, hidden: np.ndarray, out: np.ndarray) -> None:
+    """Refuse an export the static check would refuse for its size, naming the width that fits.
+
+    Raises:
+        ExportError: the source is over the static check's byte or syntax-node limit.
+    """
     size = len(source.encode())
-    # a weight costs about 12 bytes and 2 syntax nodes; 8 + 1 weights per hidden unit
-    nodes = 2.2 * hidden.size + 300
+    # a weight costs about 12 bytes and 2 syntax nodes; `rows + 1` weights per hidden unit
+    per_unit_nodes = 2.2 * (hidden.shape[0] + 1)
+    nodes = per_unit_nodes * out.shape[0] + 300
     if size > MAX_SOURCE_BYTES or nodes > MAX_AST_NODES:
         per_unit = size / max(1, out.shape[0])
-        fits = int(min((MAX_SOURCE_BYTES - 1500) / per_unit, (MAX_AST_NODES - 300) / 19.8))
+        fits = int(
+            min((MAX_SOURCE_BYTES - 1500) / per_unit, (MAX_AST_NODES - 300) / per_unit_nodes)
+        )
         raise ExportError(
             f"a width-{out.shape[0]} network is {size} bytes of source; the static check "
             f"allows {MAX_SOURCE_BYTES} bytes and {MAX_AST_NODES} syntax nodes (at most "
             f"width {fits} fits)"
         )
-    return source
 
 
 def read_lpo_source(source: str) -> MetaParams | None:

@@ -32,7 +32,9 @@ logger = logging.getLogger(__name__)
 
 
 def es(
-    task: str = typer.Option("drift", "--task", help="What to meta-learn (drift)."),
+    task: str = typer.Option(
+        "drift", "--task", help="What to meta-learn: drift (LPO) or optimizer (OPEN-lite)."
+    ),
     suite: Optional[str] = typer.Option(None, "--suite", help="Environment suite."),
     population: Optional[int] = typer.Option(None, "--population", help="ES population (even)."),
     generations: Optional[int] = typer.Option(

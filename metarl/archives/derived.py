@@ -90,8 +90,11 @@ def record_derived(
     thought: str,
     meta: dict,
     config: dict,
+    seconds: float,
 ) -> tuple[str, str]:
     """A run of `method` holding one candidate derived from `teacher`, written atomically.
+
+    `seconds` is the derivation's wall time (sampling, fit, scoring).
 
     Returns:
         (run id, candidate id).
@@ -109,6 +112,7 @@ def record_derived(
         status="finished",
         stop_reason="done",
         ended_at=now(),
+        elapsed_s=seconds,
     )
     cid = f"{run_id}-1"
     row = {

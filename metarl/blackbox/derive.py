@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from typing import Callable
 
 from metarl.archives.derived import Derived, load_teacher, record_derived, teacher_settings
@@ -49,6 +50,7 @@ def distil_teacher(
         ArchiveError: no such teacher, or not a drift candidate.
         SampleFailure: the teacher could not be sampled (its stage and reason).
     """
+    start = time.monotonic()
     teacher = load_teacher(archive, teacher_ref)
     cascade = teacher_settings(teacher, **(limits or {}))
     factory = evaluator_factory or (lambda s: Evaluator(s, workers=1))
@@ -85,6 +87,7 @@ def distil_teacher(
         thought=title,
         meta=meta,
         config={"teacher": teacher.id, **dataclasses.asdict(settings)},
+        seconds=time.monotonic() - start,
     )
     logger.info("distilled %s into %s: %s", teacher.id, cid, outcome.fitness)
     return Derived(run_id, cid, teacher.id, teacher.fitness, outcome, meta)

@@ -222,9 +222,21 @@ def _candidate_header(cid: str, row: dict, children: list[str]) -> _Grid:
     origin = (
         "seed program"
         if row["is_seed"]
-        else f"generation {row['generation']} · island {row['island']}"
+        else f"generation {row['generation']}"
+        + (f" · island {row['island']}" if row.get("island") is not None else "")
     )
-    header.add_row("origin", f"{origin} · {row['proposer'] or '—'} · {row['operator'] or '—'}")
+    header.add_row(
+        "origin",
+        f"{origin} · method {row.get('method') or 'discovery'} · {row['proposer'] or '—'} · "
+        f"{row['operator'] or '—'}",
+    )
+    if row.get("meta"):  # the method's own numbers (ES fitness, fit errors): never a rank
+        header.add_row(
+            "method data",
+            " · ".join(
+                f"{k} {fmt(v) if isinstance(v, float) else v}" for k, v in row["meta"].items()
+            ),
+        )
     header.add_row("parents", ", ".join(row["parent_ids"] or []) or "—")
     header.add_row("children", ", ".join(children) or "—")
     header.add_row("budget", f"{row['total_timesteps']} steps per env · eval key {row['eval_key']}")
@@ -425,6 +437,7 @@ def runs_table(runs: list[dict], archive_path: str) -> Table:
         "status",
         "task",
         "suite",
+        "method",
         "proposer",
         "candidates",
         "gen",
@@ -445,8 +458,10 @@ def runs_table(runs: list[dict], archive_path: str) -> Table:
                 status,
                 run["task"],
                 run["suite"],
+                run.get("method") or "discovery",
                 run["proposer"] or "—",
-                f"{run['candidates_count'] or 0}/{run['budget_candidates']}",
+                f"{run['candidates_count'] or 0}"
+                + (f"/{run['budget_candidates']}" if run.get("budget_candidates") else ""),
                 str(run["generation"] or 0),
                 run["best_id"] or "—",
                 fmt(run["best_fitness"]),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from typing import Callable
 
 from metarl.archives.derived import Derived, load_teacher, record_derived, teacher_settings
@@ -51,6 +52,7 @@ def symbolic_teacher(
         ArchiveError: no such teacher, or not a drift candidate.
         SampleFailure: the teacher could not be sampled (its stage and reason).
     """
+    start = time.monotonic()
     teacher = load_teacher(archive, teacher_ref)
     cascade = teacher_settings(teacher, **(limits or {}))
     factory = evaluator_factory or (lambda s: Evaluator(s, workers=1))
@@ -95,6 +97,7 @@ def symbolic_teacher(
         thought=thought,
         meta=meta,
         config={"teacher": teacher.id, **dataclasses.asdict(settings)},
+        seconds=time.monotonic() - start,
     )
     logger.info("symbolic fit of %s archived as %s: %s", teacher.id, cid, outcome.fitness)
     return Derived(run_id, cid, teacher.id, teacher.fitness, outcome, meta)

@@ -9,15 +9,18 @@ leaderboard. The method's own objective (fit errors, the expression) goes to `me
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 from metarl.archives.keys import eval_settings_key, suite_config_hash
 from metarl.archives.store import Archive, ArchiveError, now
 from metarl.evaluation.baseline_cache import library_versions
+from metarl.evaluation.cascade import Evaluator
 from metarl.evaluation.outcome import Outcome
 from metarl.evaluation.settings import CascadeSettings
 from metarl.platform import device_description
+from metarl.rl.lpo import DriftSamples
 from metarl.tasks.candidate import source_hash
 
 
@@ -144,3 +147,77 @@ def record_derived(
         update |= {"best_id": cid, "best_fitness": outcome.fitness}
     archive.record_candidate(row, outcome, run_update=update)
     return run_id, cid
+
+
+class Student(NamedTuple):
+    """What a method made of a teacher's samples."""
+
+    code: str | None  # candidate source; None when the fit produced no program
+    name: str
+    thought: str
+    meta: dict  # the method's own numbers (fit errors, expression): metadata, never a rank
+    failure: str | None = None  # why there is no program (archived as a static failure)
+
+
+def derive(
+    archive: Archive,
+    teacher_ref: str,
+    method: str,
+    fit: Callable[[Teacher, DriftSamples], Student],
+    *,
+    points: int,
+    epsilon: float,
+    config: dict,
+    limits: dict | None = None,
+    evaluator_factory: Callable[[CascadeSettings], Evaluator] | None = None,
+    on_status: Callable[[str], None] = lambda text: None,
+) -> Derived:
+    """Sample the teacher in the sandbox, `fit` a student to it here, score the student with
+    the teacher's cascade settings and archive it as a run of `method`.
+
+    Args:
+        archive: holds the teacher; receives the run and its one candidate.
+        teacher_ref: the teacher's candidate id (or a unique prefix).
+        method: the archive's `method` value ("distil", "symbolic").
+        fit: `fit(teacher, samples) -> Student`, the method itself.
+        points: grid points per axis of the teacher's samples.
+        epsilon: the clip range passed to the teacher.
+        config: the method's settings, stored with the run.
+        limits: CascadeSettings limits for the sandbox (`timeout_s`, `memory_mb`, ...).
+        evaluator_factory: `factory(settings) -> Evaluator` (default: one worker).
+        on_status: receives one line per phase, for a progress display.
+
+    Returns:
+        The archived student's run, id and outcome, and the method's metadata.
+
+    Raises:
+        ArchiveError: no such teacher, or not a drift candidate.
+        SampleFailure: the teacher could not be sampled (nothing is archived).
+    """
+    start = time.monotonic()
+    teacher = load_teacher(archive, teacher_ref)
+    cascade = teacher_settings(teacher, **(limits or {}))
+    factory = evaluator_factory or (lambda settings: Evaluator(settings, workers=1))
+    with factory(cascade) as evaluator:
+        on_status(f"sampling teacher {teacher.id} on a {points}x{points} grid (sandboxed)")
+        samples = evaluator.sample(teacher.code, "drift", points, epsilon)
+        student = fit(teacher, samples)
+        if student.code is None:
+            outcome = Outcome.failure("static", student.failure or f"{method}: no program")
+        else:
+            on_status("scoring the result with the teacher's cascade settings")
+            outcome = evaluator.evaluate_batch([student.code], "drift")[0]
+    run_id, cid = record_derived(
+        archive,
+        method=method,
+        teacher=teacher,
+        code=student.code,
+        outcome=outcome,
+        settings=cascade,
+        name=student.name,
+        thought=student.thought,
+        meta={"teacher": teacher.id, **student.meta},
+        config={"teacher": teacher.id, **config},
+        seconds=time.monotonic() - start,
+    )
+    return Derived(run_id, cid, teacher.id, teacher.fitness, outcome, student.meta)

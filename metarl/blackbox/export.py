@@ -73,15 +73,25 @@ def lpo_source(params: MetaParams, title: str = "LPO meta-network") -> str:
     Raises:
         ExportError: the source would exceed the static check's size limits.
     """
+    return network_source(TEMPLATE, params, title, dead_zone=float_literal(np.float32(DEAD_ZONE)))
+
+
+def network_source(template: str, params: MetaParams, title: str, **fields: str) -> str:
+    """`template` filled with the network's weights as literals, its width and title, and
+    `fields`; checked against the static check's size limits.
+
+    Raises:
+        ExportError: non-finite weights, or source beyond the static check's limits.
+    """
     hidden, out = weights(params)
     if not (np.all(np.isfinite(hidden)) and np.all(np.isfinite(out))):
         raise ExportError("the network has non-finite weights; it cannot be exported")
-    source = TEMPLATE.format(
+    source = template.format(
         title=" ".join(title.split()),
         width=out.shape[0],
-        dead_zone=float_literal(np.float32(DEAD_ZONE)),
         hidden=array_literal(hidden),
         out=array_literal(out),
+        **fields,
     )
     check_export_size(source, hidden, out)
     return source

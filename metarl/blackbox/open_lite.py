@@ -21,10 +21,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from metarl.blackbox.export import ExportError, array_literal, check_export_size, float_literal
+from metarl.blackbox.export import float_literal, network_source
 from metarl.rl.components import Components
 from metarl.rl.configs import PPOConfig
-from metarl.rl.lpo import LPONetwork, MetaParams, weights
+from metarl.rl.lpo import LPONetwork, MetaParams
 from metarl.rl.ppo import TrainResult, make_train
 from metarl.tasks.optimizer.plug import rule_optimizer
 
@@ -110,15 +110,4 @@ def open_lite_source(params: MetaParams, title: str = "OPEN-lite network") -> st
     Raises:
         ExportError: non-finite weights, or source beyond the static check's limits.
     """
-    hidden, out = weights(params)
-    if not (np.all(np.isfinite(hidden)) and np.all(np.isfinite(out))):
-        raise ExportError("the network has non-finite weights; it cannot be exported")
-    source = TEMPLATE.format(
-        title=" ".join(title.split()),
-        width=out.shape[0],
-        eps=float_literal(np.float32(EPS)),
-        hidden=array_literal(hidden),
-        out=array_literal(out),
-    )
-    check_export_size(source, hidden, out)
-    return source
+    return network_source(TEMPLATE, params, title, eps=float_literal(np.float32(EPS)))

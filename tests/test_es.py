@@ -156,12 +156,10 @@ def test_export_scores_what_the_network_scores_trained_alone_on_the_same_seeds(e
     )
     returns = np.asarray(alone.final_return)
     # The cascade trains the exported artifact inside a conditional (a batch's switch), the
-    # ES trains the network directly: XLA fuses the two differently, so equality is up to
-    # float rounding amplified by training (measured below; exact for the drift itself).
-    assert np.allclose(evaluation["returns"], returns, rtol=0.05, atol=2.0), (
-        evaluation["returns"],
-        returns,
-    )
+    # ES trains the network directly; at this budget both give the same returns (measured:
+    # [37.625, 42.533] both ways). A member vmapped in a population is another layout: its
+    # numbers may differ, which is why the ES fitness never ranks anything.
+    assert evaluation["returns"] == returns.tolist()
 
 
 def test_an_interrupted_es_run_resumes_with_the_same_state_and_mean(es_archive, tmp_path):

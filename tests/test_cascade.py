@@ -65,13 +65,26 @@ SEEDS = [("drift", "ppo_clip"), ("drift", "lpo"), ("optimizer", "adam"), ("optim
 
 
 @pytest.fixture(scope="module")
-def seed_outcomes():
+def evaluator():
+    """One Evaluator with the corpus settings for the module: its pre-warmed workers are used
+    rather than started and thrown away by an Evaluator per test (every job still gets a fresh
+    worker of its own)."""
+    # the baselines first, with no spare workers starting beside them: their measured time is
+    # the yardstick of every training limit (tests/test_hostile.py's world does the same)
+    with Evaluator(CascadeSettings(**BASE), workers=1, prewarm=False) as quiet:
+        quiet.references("drift")
+        quiet.references("optimizer")
+    with Evaluator(CascadeSettings(**BASE), workers=2) as the_evaluator:
+        yield the_evaluator
+
+
+@pytest.fixture(scope="module")
+def seed_outcomes(evaluator):
     """Every seed through the full cascade (baseline seeds first: their run is the baseline)."""
-    with Evaluator(CascadeSettings(**BASE), workers=1) as evaluator:
-        return {
-            (task, name): evaluator.evaluate(get_task(task).seed_program(name).source, task)
-            for task, name in SEEDS
-        }
+    return {
+        (task, name): evaluator.evaluate(get_task(task).seed_program(name).source, task)
+        for task, name in SEEDS
+    }
 
 
 @pytest.mark.parametrize("task, name", SEEDS)
@@ -99,12 +112,12 @@ def test_baseline_seeds_reproduce_ppo_with_adam_exactly(seed_outcomes):
     assert ppo_clip.normalised == adam.normalised == 1.0
 
 
-def test_an_optimizer_that_never_learns_is_stopped_by_the_short_run():
+def test_an_optimizer_that_never_learns_is_stopped_by_the_short_run(evaluator):
     frozen = (
         "def optimizer(grad, param, momentum, state, step, progress, lr):\n"
         "    return 0.0 * grad, state\n"
     )
-    outcome = evaluate_source(frozen, "optimizer", CascadeSettings(**BASE))
+    outcome = evaluator.evaluate(frozen, "optimizer")
     assert not outcome.passed and outcome.stage == "short"
     assert (
         "short run: normalised score" in outcome.reason
@@ -115,15 +128,14 @@ def test_an_optimizer_that_never_learns_is_stopped_by_the_short_run():
     assert outcome.fitness is None
 
 
-def test_duplicates_are_recognised_by_behaviour(seed_outcomes):
+def test_duplicates_are_recognised_by_behaviour(seed_outcomes, evaluator):
     fingerprint = seed_outcomes[("drift", "ppo_clip")].fingerprint
     rewritten = (
         "def drift(ratio, advantage, epsilon):\n"
         "    excess = ratio - jnp.minimum(jnp.maximum(ratio, 1.0 - epsilon), 1.0 + epsilon)\n"
         "    return jnp.maximum(excess * advantage, 0.0)\n"
     )
-    with Evaluator(CascadeSettings(**BASE), workers=1, prewarm=False) as evaluator:
-        outcome = evaluator.evaluate(rewritten, "drift", known_fingerprints={fingerprint: "cand-7"})
+    outcome = evaluator.evaluate(rewritten, "drift", known_fingerprints={fingerprint: "cand-7"})
     assert not outcome.passed and outcome.stage == "probes"
     assert outcome.reason == "behaves identically to candidate cand-7"
     assert outcome.duplicate_of == "cand-7" and outcome.fingerprint == fingerprint
@@ -148,7 +160,7 @@ def test_outcome_round_trips_through_json(seed_outcomes):
 
 # --- the bad-candidate corpus ---------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def corpus_outcomes():
+def corpus_outcomes(evaluator):
     """Corpus files with the default corpus settings, two at a time through one Evaluator."""
     plain = [p for p in CORPUS_FILES if not header(p)["settings"]]
     results = {}
@@ -159,9 +171,8 @@ def corpus_outcomes():
         outcome = evaluator.evaluate(path.read_text(), fields["task"])
         return path.name, (outcome, time.perf_counter() - start)
 
-    with Evaluator(CascadeSettings(**BASE), workers=2) as evaluator:
-        with ThreadPoolExecutor(2) as threads:
-            results.update(threads.map(lambda p: run(evaluator, p), plain))
+    with ThreadPoolExecutor(2) as threads:
+        results.update(threads.map(lambda p: run(evaluator, p), plain))
     return results
 
 
@@ -249,11 +260,10 @@ def test_a_batch_isolates_a_candidate_that_kills_its_trainer_and_scores_the_othe
     assert all(gone(o.sandbox["worker_pid"]) for o in (hog, honest, overflowing))
 
 
-def test_a_candidates_scores_do_not_depend_on_its_batch(seed_outcomes):
+def test_a_candidates_scores_do_not_depend_on_its_batch(seed_outcomes, evaluator):
     lpo = get_task("drift").seed_program("lpo").source
     ppo_clip = get_task("drift").seed_program("ppo_clip").source
-    with Evaluator(CascadeSettings(**BASE), workers=2) as evaluator:
-        batched = evaluator.evaluate_batch([ppo_clip, lpo], "drift")
+    batched = evaluator.evaluate_batch([ppo_clip, lpo], "drift")
     for outcome, name in zip(batched, ("ppo_clip", "lpo")):
         alone = seed_outcomes[("drift", name)]
         assert outcome.sandbox["batch"] == {"size": 2, "position": ["ppo_clip", "lpo"].index(name)}

@@ -55,7 +55,10 @@ def workdir(tmp_path_factory):
 
 
 def metarl(workdir: Path, *args: str, timeout: int = 400) -> subprocess.CompletedProcess:
-    env = {**os.environ, "METARL_CACHE_DIR": str(workdir / "cache"), "COLUMNS": "200"}
+    # the session's METARL_CACHE_DIR (tests/conftest.py): the drift baseline at this budget is
+    # trained once per session, not again for this module
+    env = {**os.environ, "COLUMNS": "200"}
+    assert env.get("METARL_CACHE_DIR"), "the session's cache is not set"
     env.pop("OPENAI_API_KEY", None)
     return subprocess.run(
         [METARL, *args], cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout

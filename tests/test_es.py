@@ -35,13 +35,19 @@ CONFIG = ESConfig(
 )
 
 
-def test_zero_weight_lpo_network_trains_exactly_like_ppo_clip():
+@pytest.mark.parametrize(
+    "make_meta_train, zero_params",
+    [
+        (lpo.make_meta_train, lpo.zero_params),  # PPO-clip
+        (open_lite.make_open_lite_train, open_lite.zero_params),  # Adam
+    ],
+    ids=["lpo network is ppo-clip", "open-lite network is adam"],
+)
+def test_zero_weight_network_trains_exactly_like_ppo_with_adam(make_meta_train, zero_params):
     config = get_suite("smoke").config("CartPole-v1", TIMESTEPS)
     keys = seed_keys([0, 1])
     ppo = jax.jit(jax.vmap(make_train(config)))(keys)
-    meta = jax.jit(jax.vmap(lpo.make_meta_train(config), in_axes=(0, None)))(
-        keys, lpo.zero_params()
-    )
+    meta = jax.jit(jax.vmap(make_meta_train(config), in_axes=(0, None)))(keys, zero_params())
     for name, a, b in zip(ppo._fields, ppo, meta):
         assert np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True), name
 
@@ -196,17 +202,6 @@ def test_the_ppo_clip_drift_is_the_zero_network_on_the_distillation_grid():
     zero = lpo.sample_drift(lambda r, a, e: lpo.lpo_drift(lpo.zero_params(8), r, a, e), grid)
     ppo = lpo.sample_drift(ppo_clip_drift, grid)
     assert np.array_equal(zero.value, ppo.value) and np.array_equal(zero.slope, ppo.slope)
-
-
-def test_zero_weight_open_lite_network_trains_exactly_like_adam():
-    config = get_suite("smoke").config("CartPole-v1", TIMESTEPS)
-    keys = seed_keys([0, 1])
-    adam = jax.jit(jax.vmap(make_train(config)))(keys)
-    meta = jax.jit(jax.vmap(open_lite.make_open_lite_train(config), in_axes=(0, None)))(
-        keys, open_lite.zero_params()
-    )
-    for name, a, b in zip(adam._fields, adam, meta):
-        assert np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True), name
 
 
 def test_exported_open_lite_rule_passes_the_probes_and_updates_like_the_network():

@@ -1,5 +1,5 @@
 """At the demo budget (classic suite, 1e5 steps per env, 2 seeds), a candidate scores exactly
-the same evaluated alone and in a batch, through the real sandboxed cascade (slow: ~4 minutes
+the same evaluated alone and in a batch, through the real sandboxed cascade (slow: ~80 s
 on 2 CPU cores). The fast tests check the same at 4096 steps; rounding differences, when a
 layout had them, grew with the run (1.180 vs 1.051 fitness after 1e5 steps, before the padded
 switch), so the claim is checked at a budget where they would show."""

@@ -170,7 +170,10 @@ def leaderboard_table(board, *, show_run: bool = False) -> Table:
     table.add_column("fitness", justify="right", no_wrap=True)
     table.add_column("confirmed", justify="right", no_wrap=True)
     table.add_column("held-out", justify="right", no_wrap=True)
-    table.add_column("method")
+    # the method column where methods can differ: --all, or a board that mixes them
+    show_method = show_run or len({row.method for row in board.rows}) > 1
+    if show_method:
+        table.add_column("method")
     table.add_column("gen", justify="right")
     table.add_column("proposer", overflow="ellipsis")
     for row in board.rows:
@@ -185,7 +188,7 @@ def leaderboard_table(board, *, show_run: bool = False) -> Table:
             fmt_interval(row.fitness, row.fitness_ci, 2),
             fmt_interval(row.confirmed, row.confirmed_ci, 2),
             fmt_interval(row.heldout, row.heldout_ci, 2),
-            row.method,
+            *([row.method] if show_method else []),
             str(row.generation),
             row.proposer or "—",
         ]

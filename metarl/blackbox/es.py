@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import sqlite3
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple
@@ -451,7 +452,7 @@ class ESRun:
                 "population": self.config.population,
             },
         }
-        best = self._best_after(outcome)
+        best = self._best_after(cid, outcome)
         self.state.exports = seq
         self.state.last_export = cid
         self.state.exported_generation = generation
@@ -476,14 +477,14 @@ class ESRun:
         )
         return cid
 
-    def _best_after(self, outcome: Outcome) -> tuple[str, float] | None:
-        """(id, fitness) of the run's best export once this one is recorded, if it changed."""
+    def _best_after(self, cid: str, outcome: Outcome) -> tuple[str, float] | None:
+        """(id, fitness) of the run's best export once export `cid` is recorded, if it changed."""
         if not outcome.passed or outcome.fitness is None:
             return None
         run = self.archive.get_run(self.run_id)
         if run.get("best_fitness") is not None and run["best_fitness"] >= outcome.fitness:
             return None
-        return f"{self.run_id}-{self.state.exports + 1}", outcome.fitness
+        return cid, outcome.fitness
 
     def _finish(self, status: str, reason: str) -> None:
         if self.run_id is None:
@@ -496,7 +497,7 @@ class ESRun:
                 ended_at=now(),
                 elapsed_s=self.elapsed(),
             )
-        except ArchiveError:
+        except (ArchiveError, sqlite3.Error):  # best effort: the archive stays consistent
             logger.exception("could not record run %s as %s", self.run_id, status)
 
     def result(self, status: str, reason: str) -> ESResult:

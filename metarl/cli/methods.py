@@ -32,8 +32,8 @@ logger = logging.getLogger(__name__)
 
 
 def es(
-    task: str = typer.Option(
-        "drift", "--task", help="What to meta-learn: drift (LPO) or optimizer (OPEN-lite)."
+    task: Optional[str] = typer.Option(
+        None, "--task", help="What to meta-learn: drift (LPO, default) or optimizer (OPEN-lite)."
     ),
     suite: Optional[str] = typer.Option(None, "--suite", help="Environment suite."),
     population: Optional[int] = typer.Option(None, "--population", help="ES population (even)."),
@@ -88,7 +88,6 @@ def es(
     # lazy: the ES imports jax and evosax; `metarl --help` stays fast
     from metarl.archives.queries import leaderboard
     from metarl.archives.store import Archive
-    from metarl.blackbox.config import ESConfig, ESConfigError
     from metarl.blackbox.es import ESRun
 
     log_to_stderr(verbose)
@@ -105,32 +104,10 @@ def es(
         "heldout": heldout,
     }
     budgets = {"generations": generations, "unsafe_no_sandbox": unsafe_no_sandbox or None}
-    if max_time is not None:
+    if max_time is not None:  # "none" lifts the limit: None is a value here
         budgets["max_time"] = parse_duration(max_time)
-    if not resume:
-        try:
-            ESConfig(**{k: v for k, v in {**chosen, **budgets}.items() if v is not None}).resolved()
-        except ESConfigError as error:
-            raise UserError(str(error)) from None
+    config = _es_config(archive, resume, chosen, budgets)
     with Archive(archive, must_exist=bool(resume)) as store:
-        if resume:
-            stored = store.get_run(resume).get("config") or {}
-            for key, value in chosen.items():
-                if value is not None and key != "task" and stored.get(key) != value:
-                    raise UserError(
-                        f"run {resume} was started with {key} {stored.get(key)!r}; it cannot "
-                        "change on resume"
-                    )
-            values = {**stored, **{k: v for k, v in budgets.items() if v is not None}}
-            if max_time is not None:
-                values["max_time"] = budgets["max_time"]
-            known = {f.name for f in dataclasses.fields(ESConfig)}
-            config = ESConfig(**{k: v for k, v in values.items() if k in known})
-        else:
-            values = {k: v for k, v in {**chosen, **budgets}.items() if v is not None}
-            if max_time is not None:
-                values["max_time"] = budgets["max_time"]
-            config = ESConfig(**values)
         with _ESProgress(config.generations) as view:
             run = ESRun(config, store, resume=resume, on_event=view)
             previous = sigterm_as_interrupt()
@@ -155,6 +132,37 @@ def es(
         display.console.print(f"all methods side by side: metarl leaderboard --all{hint}")
     if result.status == "interrupted":
         raise typer.Exit(130)
+
+
+def _es_config(archive_path: str, resume: str | None, chosen: dict, budgets: dict):
+    """The run's ESConfig: the defaults (or the resumed run's stored options), then the options
+    given; checked before any archive is created.
+
+    Raises:
+        UserError: a bad option, or a search option that differs from the resumed run's.
+    """
+    # lazy: the ES config imports jax through the meta-networks
+    from metarl.archives.store import Archive
+    from metarl.blackbox.config import ESConfig, ESConfigError
+
+    values: dict = {}
+    if resume:
+        with Archive(archive_path, must_exist=True) as store:
+            stored = store.get_run(resume).get("config") or {}
+        for key, value in chosen.items():
+            if value is not None and stored.get(key) != value:
+                raise UserError(
+                    f"run {resume} was started with {key} {stored.get(key)!r}; it cannot "
+                    "change on resume"
+                )
+        known = {f.name for f in dataclasses.fields(ESConfig)}
+        values = {k: v for k, v in stored.items() if k in known}
+    values.update({k: v for k, v in chosen.items() if v is not None})
+    values.update({k: v for k, v in budgets.items() if v is not None or k == "max_time"})
+    try:
+        return ESConfig(**values).resolved()
+    except ESConfigError as error:
+        raise UserError(str(error)) from None
 
 
 class _ESProgress:

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple
 
-from metarl.archives.keys import eval_settings_key, suite_config_hash
+from metarl.archives.rows import candidate_row
 from metarl.archives.store import Archive, ArchiveError, now
 from metarl.evaluation.baseline_cache import library_versions
 from metarl.evaluation.cascade import Evaluator
@@ -21,7 +21,6 @@ from metarl.evaluation.outcome import Outcome
 from metarl.evaluation.settings import CascadeSettings
 from metarl.platform import device_description
 from metarl.rl.lpo import DriftSamples
-from metarl.tasks.candidate import source_hash
 
 
 @dataclass(frozen=True)
@@ -117,31 +116,25 @@ def record_derived(
         ended_at=now(),
         elapsed_s=seconds,
     )
-    cid = f"{run_id}-1"
-    row = {
-        "id": cid,
-        "run_id": run_id,
-        "seq": 1,
-        "task": teacher.task,
-        "suite": teacher.suite,
-        "method": method,
-        "hash": source_hash(code) if code else None,
-        "code": code,
-        "name": name,
-        "thought": thought,
-        "parent_ids": [teacher.id],
-        "generation": 1,
-        "is_seed": 0,
-        "proposer": method,
-        "operator": method,
-        "seeds": list(range(settings.seeds)),
-        "total_timesteps": teacher.total_timesteps,
-        "eval_key": eval_settings_key(teacher.task, settings, versions, device),
-        "config_hash": suite_config_hash(teacher.suite, teacher.total_timesteps),
-        "versions": versions,
-        "device": device,
-        "meta": meta,
-    }
+    row = candidate_row(
+        run_id=run_id,
+        seq=1,
+        task=teacher.task,
+        method=method,
+        code=code,
+        settings=settings,
+        total_timesteps=teacher.total_timesteps,
+        versions=versions,
+        device=device,
+        name=name,
+        thought=thought,
+        parent_ids=[teacher.id],
+        generation=1,
+        proposer=method,
+        operator=method,
+        meta=meta,
+    )
+    cid = row["id"]
     update = {"candidates_count": True}
     if outcome.passed and outcome.fitness is not None:
         update |= {"best_id": cid, "best_fitness": outcome.fitness}

@@ -424,6 +424,28 @@ class Archive:
             out.setdefault(row["hash"], row["id"])
         return out
 
+    def passing_candidates(self, run_id: str) -> list[dict]:
+        """Run `run_id`'s passing candidates (id, hash, fitness), best first by the number
+        selection compares (the confirmed fitness when there is one), one per program."""
+        rows = self.query(
+            "SELECT id, hash, coalesce(confirmed_fitness, fitness) AS score FROM candidates "
+            "WHERE run_id = ? AND status = 'passed' AND cached_from IS NULL "
+            "ORDER BY score DESC, seq",
+            (run_id,),
+        )
+        seen: set = set()
+        return [r for r in rows if not (r["hash"] in seen or seen.add(r["hash"]))]
+
+    def latest_run_of(self, task: str, method: str) -> str | None:
+        """The id of the latest `method` run of `task` that has a passing candidate, or None."""
+        rows = self.query(
+            "SELECT r.id FROM runs r WHERE r.task = ? AND coalesce(r.method, 'discovery') = ? "
+            "AND EXISTS (SELECT 1 FROM candidates c WHERE c.run_id = r.id AND "
+            "c.status = 'passed') ORDER BY r.seq DESC LIMIT 1",
+            (task, method),
+        )
+        return rows[0]["id"] if rows else None
+
     def candidate(self, candidate_id: str) -> dict:
         rows = self.query("SELECT * FROM candidates WHERE id = ?", (candidate_id,))
         if not rows:

@@ -37,7 +37,7 @@ import numpy as np
 import optax
 from evosax.algorithms import Open_ES
 
-from metarl.archives.keys import eval_settings_key, suite_config_hash
+from metarl.archives.rows import candidate_row
 from metarl.archives.store import Archive, ArchiveError, now
 from metarl.blackbox.config import ESConfig
 from metarl.blackbox.export import ExportError
@@ -50,7 +50,6 @@ from metarl.platform import device_description
 from metarl.rl.lpo import MetaParams, network_width
 from metarl.rl.suites import get_suite
 from metarl.tasks import get_task
-from metarl.tasks.candidate import source_hash
 
 logger = logging.getLogger(__name__)
 
@@ -420,38 +419,30 @@ class ESRun:
         else:
             self.emit("status", {"text": f"scoring the ES mean of generation {generation}"})
             outcome = evaluator.evaluate_batch([code], self.task)[0]
-        row = {
-            "id": cid,
-            "run_id": self.run_id,
-            "seq": seq,
-            "task": self.config.task,
-            "suite": self.config.suite,
-            "method": "es",
-            "hash": source_hash(code) if code else None,
-            "code": code,
-            "name": f"es-g{generation}",
-            "thought": title,
-            "parent_ids": [self.state.last_export] if self.state.last_export else [],
-            "generation": generation,
-            "is_seed": 0,
-            "proposer": "evosax Open_ES",
-            "operator": "es-mean",
-            "seeds": list(range(self.settings.seeds)),
-            "total_timesteps": self.config.timesteps,
-            "eval_key": eval_settings_key(
-                self.config.task, self.settings, self.versions, self.device
-            ),
-            "config_hash": suite_config_hash(self.config.suite, self.config.timesteps),
-            "versions": self.versions,
-            "device": self.device,
-            "meta": {
+        row = candidate_row(
+            run_id=self.run_id,
+            seq=seq,
+            task=self.config.task,
+            method="es",
+            code=code,
+            settings=self.settings,
+            total_timesteps=self.config.timesteps,
+            versions=self.versions,
+            device=self.device,
+            name=f"es-g{generation}",
+            thought=title,
+            parent_ids=[self.state.last_export] if self.state.last_export else [],
+            generation=generation,
+            proposer="evosax Open_ES",
+            operator="es-mean",
+            meta={
                 "es_generation": generation,
                 "es_best_fitness": self.state.best_fitness,
                 "sigma": float(es_state.std),
                 "hidden": self.config.hidden,
                 "population": self.config.population,
             },
-        }
+        )
         best = self._best_after(cid, outcome)
         self.state.exports = seq
         self.state.last_export = cid

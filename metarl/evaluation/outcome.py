@@ -90,6 +90,22 @@ class Outcome:
         return cls(passed=False, stage=stage, reason=reason, **extra)
 
 
+# The prefix of every reason that blames the evaluator, not the candidate (cascade.py)
+EVALUATOR_FAULT = "internal evaluator error"
+
+
+def evaluator_fault(outcome: Outcome) -> bool:
+    """Whether `outcome` says nothing about the candidate: the evaluator itself failed (a
+    malformed worker result, a baseline that could not be trained) or a sandbox worker never
+    started. Methods that learn from verdicts (GRPO's reward) leave such candidates out."""
+    if outcome.passed:
+        return False
+    if (outcome.reason or "").startswith(EVALUATOR_FAULT):
+        return True
+    sandbox = outcome.sandbox or {}
+    return "startup" in (sandbox.get("status"), sandbox.get("tracer_status"))
+
+
 class MalformedResult(ValueError):
     """A result message that does not have the exact shape the parent expects."""
 

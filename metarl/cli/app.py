@@ -11,7 +11,7 @@ from __future__ import annotations
 import typer
 
 import metarl
-from metarl.cli import archive, discover, evaluate, methods
+from metarl.cli import archive, discover, evaluate, grpo, methods
 from metarl.cli.errors import Group
 from metarl.logs import log_to_stderr
 
@@ -48,6 +48,8 @@ app.command("resume")(discover.resume)
 app.command("es")(methods.es)
 app.command("distil")(methods.distil)
 app.command("symbolic")(methods.symbolic)
+app.command("train-proposer")(grpo.train_proposer)
+app.command("eval-proposer")(grpo.eval_proposer)
 app.command("leaderboard")(archive.leaderboard)
 app.command("show")(archive.show)
 app.command("lineage")(archive.lineage)

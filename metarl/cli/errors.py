@@ -60,6 +60,7 @@ def _layer_error_codes() -> list[tuple[type[Exception], int]]:
     from metarl.discovery.config import ConfigError
     from metarl.discovery.loop import LoopError
     from metarl.evaluation.sandbox import SandboxUnavailable
+    from metarl.grpo.settings import GRPOSettingsError, ModelLoadError, TrainError
     from metarl.rl.suites import UnknownSuite
     from metarl.tasks import UnknownTask
 
@@ -72,6 +73,9 @@ def _layer_error_codes() -> list[tuple[type[Exception], int]]:
         (ArchiveError, FAILURE),
         (LoopError, FAILURE),
         (SandboxUnavailable, FAILURE),
+        (GRPOSettingsError, USAGE),
+        (ModelLoadError, FAILURE),
+        (TrainError, FAILURE),
     ]
 
 

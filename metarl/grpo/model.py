@@ -15,12 +15,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from metarl.discovery.proposers.llm.local_server import smollm2_gguf_path
+from metarl.grpo.settings import ModelLoadError
 
 SMOLLM2 = "smollm2"
-
-
-class ModelLoadError(ValueError):
-    """The model or its tokenizer cannot be loaded; one line for the user."""
 
 
 def model_location(model: str) -> tuple[str, dict]:

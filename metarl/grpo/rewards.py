@@ -134,6 +134,7 @@ class RewardStats:
     evaluated: int  # programs sent to the cascade (new to the run)
     eval_s: float
     completion_tokens: int
+    started: float = 0.0  # time.monotonic() when the call began (the step's timing split)
 
     @property
     def scorable(self) -> int:
@@ -269,6 +270,13 @@ class CascadeReward:
         self.last_verdicts: list[Verdict] = []
         self.phase = "train"  # what the archive calls the completions: train, before, after
 
+    def remember(self, verdicts: list[Verdict]) -> None:
+        """Take archived verdicts (a resumed run's own) into the cache, so a program scored
+        before the resume is not trained again; duplicates and faults are not remembered."""
+        for verdict in verdicts:
+            if verdict.code and verdict.reward is not None and verdict.label != "duplicate":
+                self.cache.setdefault(source_hash(verdict.code), verdict)
+
     def __call__(
         self,
         prompts: list | None = None,
@@ -315,13 +323,14 @@ class CascadeReward:
         Returns:
             The call's RewardStats (also appended to `history`).
         """
-        start = time.perf_counter()
+        start, started = time.perf_counter(), time.monotonic()
         verdicts, evaluated = self.judge(replies)
         if self.record is not None:
             self.record(verdicts, columns or {}, step, self.phase)
         for verdict in verdicts:
             code_hash = source_hash(verdict.code) if verdict.code else None
-            if code_hash and verdict.reward is not None and verdict.cached_from is None:
+            scored_here = verdict.outcome.stage != "dedup" and verdict.cached_from is None
+            if code_hash and verdict.reward is not None and scored_here:
                 self.cache.setdefault(code_hash, verdict)
         rewards = [v.reward for v in verdicts]
         groups, zero = zero_spread_groups(rewards, self.group)
@@ -339,6 +348,7 @@ class CascadeReward:
             evaluated=evaluated,
             eval_s=time.perf_counter() - start,
             completion_tokens=completion_tokens,
+            started=started,
         )
         self.last_verdicts = verdicts
         if self.phase == "train":

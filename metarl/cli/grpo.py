@@ -143,6 +143,7 @@ def train_proposer(
         budgets["max_time"] = parse_duration(max_time)
     settings = _settings(archive, resume, chosen, budgets)
     grpo = _import_grpo()
+    # lazy: the archive imports jax through the evaluation layer; `metarl --help` stays fast
     from metarl.archives.queries import leaderboard
     from metarl.archives.store import Archive
 
@@ -210,6 +211,7 @@ def eval_proposer(
     """
     log_to_stderr(verbose)
     grpo = _import_grpo()
+    # lazy: the archive imports jax through the evaluation layer; `metarl --help` stays fast
     from metarl.archives.store import Archive
 
     with Archive(archive, must_exist=True) as store:
@@ -248,6 +250,7 @@ def _settings(archive_path: str, resume: str | None, chosen: dict, budgets: dict
     Raises:
         UserError: a bad option, or a training option that differs from the resumed run's.
     """
+    # lazy: the archive and the settings import jax; `metarl --help` stays fast
     from metarl.archives.store import Archive
     from metarl.grpo.settings import GRPOSettings, GRPOSettingsError
 

@@ -16,7 +16,8 @@ with parents no training prompt edits, measure the proposer before and after tra
 The supervised warm start pairs each training prompt with a reply in the reply format the
 system prompt asks for (JSON with thought, name and code): a passing child of the prompt's
 parent where the archive has one (an improvement the search actually made), else the best
-passing program that is not the parent. Held-out parents are never shown as targets.
+passing program the prompt does not show, else the best that is not its parent (a prompt with
+no such program has no pair). Held-out parents are never targets.
 """
 
 from __future__ import annotations
@@ -203,8 +204,10 @@ def sft_rows(archive: Archive, task: Task, plan: PromptPlan) -> list[dict]:
             for cid in archive.children(parent)
             if cid not in held and archive.candidate(cid)["status"] == "passed"
         ]
+        shown = {*spec.parents, *spec.inspirations, spec.best}
+        unseen = [ref for ref in pool if ref not in shown]
         others = [ref for ref in pool if ref not in spec.parents]
-        target = (children or others or [None])[0]
+        target = (children or unseen or others or [None])[0]
         if target is None:
             continue
         answer = reply(program(archive, task, target))

@@ -8,6 +8,7 @@ process killed at any instant leaves a consistent file, and a second process rea
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import socket
@@ -22,6 +23,8 @@ from sqlite_utils import Database
 
 from metarl.archives.schema import MIGRATIONS, SCHEMA_VERSION
 from metarl.evaluation.outcome import Outcome
+
+logger = logging.getLogger(__name__)
 
 MAX_CURVE_POINTS = 64
 OUR_TABLES = {"runs", "candidates", "evaluations", "parents", "calls", "messages"}
@@ -231,6 +234,17 @@ class Archive:
         fields.setdefault("updated_at", now())
         with self.transaction():
             self.db["runs"].update(run_id, self._encode("runs", fields))
+
+    def finish_run(self, run_id: str, status: str, reason: str, **fields) -> bool:
+        """Record how a run's session ended (status, stop reason, end time and `fields`), best
+        effort: a failing write is logged, never raised, since the archive stays consistent
+        without it and the caller is already ending. Returns whether it was written."""
+        try:
+            self.update_run(run_id, status=status, stop_reason=reason, ended_at=now(), **fields)
+        except (sqlite3.Error, ArchiveError):
+            logger.exception("could not record run %s as %s", run_id, status)
+            return False
+        return True
 
     def get_run(self, run_id: str) -> dict:
         rows = self.query("SELECT * FROM runs WHERE id = ?", (run_id,))

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import base64
 import logging
-import sqlite3
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple
@@ -38,7 +37,7 @@ import optax
 from evosax.algorithms import Open_ES
 
 from metarl.archives.rows import candidate_row
-from metarl.archives.store import Archive, ArchiveError, now
+from metarl.archives.store import Archive
 from metarl.blackbox.config import ESConfig
 from metarl.blackbox.export import ExportError
 from metarl.blackbox.families import FAMILIES
@@ -478,18 +477,8 @@ class ESRun:
         return cid, outcome.fitness
 
     def _finish(self, status: str, reason: str) -> None:
-        if self.run_id is None:
-            return
-        try:
-            self.archive.update_run(
-                self.run_id,
-                status=status,
-                stop_reason=reason,
-                ended_at=now(),
-                elapsed_s=self.elapsed(),
-            )
-        except (ArchiveError, sqlite3.Error):  # best effort: the archive stays consistent
-            logger.exception("could not record run %s as %s", self.run_id, status)
+        if self.run_id is not None:
+            self.archive.finish_run(self.run_id, status, reason, elapsed_s=self.elapsed())
 
     def result(self, status: str, reason: str) -> ESResult:
         run = self.archive.get_run(self.run_id)

@@ -24,6 +24,7 @@ from metarl.cli.options import (
     archive_hint,
     archive_option,
     parse_duration,
+    run_options,
     sigterm_as_interrupt,
     verbose_option,
 )
@@ -250,24 +251,11 @@ def _settings(archive_path: str, resume: str | None, chosen: dict, budgets: dict
     Raises:
         UserError: a bad option, or a training option that differs from the resumed run's.
     """
-    # lazy: the archive and the settings import jax; `metarl --help` stays fast
-    from metarl.archives.store import Archive
+    # lazy: the settings import jax through the suites; `metarl --help` stays fast
     from metarl.grpo.settings import GRPOSettings, GRPOSettingsError
 
-    values: dict = {}
-    if resume:
-        with Archive(archive_path, must_exist=True) as store:
-            stored = store.get_run(resume).get("config") or {}
-        for key, value in chosen.items():
-            if value is not None and stored.get(key) != value:
-                raise UserError(
-                    f"run {resume} was started with {key} {stored.get(key)!r}; it cannot "
-                    "change on resume"
-                )
-        known = {f.name for f in dataclasses.fields(GRPOSettings)}
-        values = {k: v for k, v in stored.items() if k in known}
-    values.update({k: v for k, v in chosen.items() if v is not None})
-    values.update({k: v for k, v in budgets.items() if v is not None or k == "max_time"})
+    fields = {f.name for f in dataclasses.fields(GRPOSettings)}
+    values = run_options(archive_path, resume, chosen, budgets, fields)
     try:
         return GRPOSettings(**values).resolved()
     except GRPOSettingsError as error:

@@ -23,6 +23,7 @@ from metarl.cli.options import (
     archive_hint,
     archive_option,
     parse_duration,
+    run_options,
     sigterm_as_interrupt,
     verbose_option,
 )
@@ -142,23 +143,10 @@ def _es_config(archive_path: str, resume: str | None, chosen: dict, budgets: dic
         UserError: a bad option, or a search option that differs from the resumed run's.
     """
     # lazy: the ES config imports jax through the meta-networks
-    from metarl.archives.store import Archive
     from metarl.blackbox.config import ESConfig, ESConfigError
 
-    values: dict = {}
-    if resume:
-        with Archive(archive_path, must_exist=True) as store:
-            stored = store.get_run(resume).get("config") or {}
-        for key, value in chosen.items():
-            if value is not None and stored.get(key) != value:
-                raise UserError(
-                    f"run {resume} was started with {key} {stored.get(key)!r}; it cannot "
-                    "change on resume"
-                )
-        known = {f.name for f in dataclasses.fields(ESConfig)}
-        values = {k: v for k, v in stored.items() if k in known}
-    values.update({k: v for k, v in chosen.items() if v is not None})
-    values.update({k: v for k, v in budgets.items() if v is not None or k == "max_time"})
+    fields = {f.name for f in dataclasses.fields(ESConfig)}
+    values = run_options(archive_path, resume, chosen, budgets, fields)
     try:
         return ESConfig(**values).resolved()
     except ESConfigError as error:

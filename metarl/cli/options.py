@@ -77,3 +77,32 @@ def sigterm_as_interrupt():
         return signal.signal(signal.SIGTERM, handler)
     except ValueError:
         return None  # not the main thread: leave it
+
+
+def run_options(
+    archive_path: str, resume: str | None, chosen: dict, budgets: dict, fields: set[str]
+) -> dict:
+    """A method run's options: the resumed run's stored ones (those in `fields`), then the
+    options given. `chosen` define the run and must match a resumed run's; `budgets` may change
+    (a None budget is left out, except max_time, where None lifts the limit).
+
+    Raises:
+        UserError: an option in `chosen` differs from the resumed run's.
+    """
+    # lazy: the archive imports jax through the evaluation layer; `metarl --help` stays fast
+    from metarl.archives.store import Archive
+
+    values: dict = {}
+    if resume:
+        with Archive(archive_path, must_exist=True) as store:
+            stored = store.get_run(resume).get("config") or {}
+        for key, value in chosen.items():
+            if value is not None and stored.get(key) != value:
+                raise UserError(
+                    f"run {resume} was started with {key} {stored.get(key)!r}; it cannot "
+                    "change on resume"
+                )
+        values = {k: v for k, v in stored.items() if k in fields}
+    values.update({k: v for k, v in chosen.items() if v is not None})
+    values.update({k: v for k, v in budgets.items() if v is not None or k == "max_time"})
+    return values

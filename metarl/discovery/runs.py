@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from metarl.archives.store import Archive, ArchiveError, now, pid_alive
+from metarl.archives.store import Archive, ArchiveError, pid_alive
 from metarl.discovery import selection
 from metarl.discovery.config import DiscoverConfig
 from metarl.discovery.state import RunState
@@ -180,20 +180,22 @@ class RunBook:
 
     def finish(self, status: str, reason: str, error: str | None = None) -> None:
         """Record how this session ended; best effort (the archive stays consistent anyway)."""
+        self.state.elapsed_s = self.elapsed()
         try:
-            self.state.elapsed_s = self.elapsed()
-            self.archive.update_run(
-                self.run_id,
-                status=status,
-                stop_reason=reason,
-                error=error,
-                ended_at=now(),
-                elapsed_s=self.state.elapsed_s,
-                state=self.state.to_dict(),
-                candidates_count=self.archive.child_count(self.run_id),
-            )
+            count = self.archive.child_count(self.run_id)
         except (sqlite3.Error, ArchiveError):
-            logger.exception("could not record run %s as %s", self.run_id, status)
+            logger.exception("could not count run %s's candidates", self.run_id)
+            count = None
+        fields = {"candidates_count": count} if count is not None else {}
+        self.archive.finish_run(
+            self.run_id,
+            status,
+            reason,
+            error=error,
+            elapsed_s=self.state.elapsed_s,
+            state=self.state.to_dict(),
+            **fields,
+        )
 
     def result(self, status: str, reason: str) -> RunResult:
         """How the run ended this session, with its counts as archived."""

@@ -50,6 +50,12 @@ def load_proposer(model: str) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]
         network = AutoModelForCausalLM.from_pretrained(where, dtype=torch.float32, **extra)
     except (OSError, ValueError) as error:
         raise ModelLoadError(f"cannot load model {model!r}: {str(error).splitlines()[0]}") from None
+    quantizer = getattr(network, "hf_quantizer", None)
+    if "gguf_file" in extra and quantizer is not None:
+        # transformers de-quantizes a GGUF's tensors as it loads them: the weights are plain
+        # float32, but the model stays marked as quantized, which the trainers refuse and
+        # save_pretrained cannot write. Drop the mark (transformers' own helper).
+        quantizer.remove_quantization_config(network)
     if not getattr(tokenizer, "chat_template", None):
         raise ModelLoadError(f"model {model!r} has no chat template; an instruct model is needed")
     if tokenizer.pad_token is None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import logging
-import sqlite3
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -30,7 +29,7 @@ from transformers.trainer_utils import get_last_checkpoint
 from trl import GRPOConfig, GRPOTrainer
 
 from metarl.archives.rows import candidate_row
-from metarl.archives.store import Archive, ArchiveError, decode_outcome, now
+from metarl.archives.store import Archive, ArchiveError, decode_outcome
 from metarl.evaluation.baseline_cache import library_versions
 from metarl.evaluation.cascade import Evaluator
 from metarl.grpo import prompts as prompt_plan
@@ -206,20 +205,15 @@ class ProposerTraining:
         )
 
     def _finish(self, status: str, reason: str) -> None:
-        if self.run_id is None:
-            return
-        try:
+        if self.run_id is not None:
             self.state.elapsed_s = self.elapsed()
-            self.archive.update_run(
+            self.archive.finish_run(
                 self.run_id,
-                status=status,
-                stop_reason=reason,
-                ended_at=now(),
+                status,
+                reason,
                 elapsed_s=self.state.elapsed_s,
                 state=self.state.to_dict(),
             )
-        except (ArchiveError, sqlite3.Error):  # best effort: the archive stays consistent
-            logger.exception("could not record run %s as %s", self.run_id, status)
 
     # -- archiving completions ------------------------------------------------------------------
     def checkpoint_of(self, step: int, phase: str = "train") -> str:

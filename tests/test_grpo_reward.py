@@ -135,6 +135,7 @@ def test_every_stage_on_hand_written_completions_in_one_batched_evaluation(evalu
     fitness = verdicts[6].outcome.fitness
     assert fitness is not None and stats.rewards[6] == pytest.approx(min(max(fitness, 0.0), 3.0))
     assert stats.rewards[7] == stats.rewards[6]
+    assert verdicts[7].same_as is verdicts[6]  # archived as reusing the first one's scores
     # the four new programs went to the cascade once, together (the fenced copy rode along)
     assert stats.evaluated == 4
     assert stats.passed == {"parse": 6, "static": 4, "probes": 3, "short": 2, "full": 2}

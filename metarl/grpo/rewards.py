@@ -94,6 +94,14 @@ class Verdict:
     thought: str = ""
     cached_from: str | None = None  # the candidate whose verdict a repeat reuses
     candidate_id: str | None = None  # set once the completion is archived
+    same_as: "Verdict | None" = None  # an earlier completion of the same call, same program
+
+    @property
+    def reused_from(self) -> str | None:
+        """The archived candidate whose evaluation this completion reuses, if any."""
+        if self.cached_from is not None:
+            return self.cached_from
+        return self.same_as.candidate_id if self.same_as is not None else None
 
     @property
     def passed(self) -> tuple[str, ...]:
@@ -329,7 +337,7 @@ class CascadeReward:
             self.record(verdicts, columns or {}, step, self.phase)
         for verdict in verdicts:
             code_hash = source_hash(verdict.code) if verdict.code else None
-            scored_here = verdict.outcome.stage != "dedup" and verdict.cached_from is None
+            scored_here = verdict.outcome.stage != "dedup" and verdict.reused_from is None
             if code_hash and verdict.reward is not None and scored_here:
                 self.cache.setdefault(code_hash, verdict)
         rewards = [v.reward for v in verdicts]
@@ -409,9 +417,12 @@ class CascadeReward:
         firsts = [positions[0] for positions in pending.values()]
         outcomes = self._evaluate([extracted[p][0] for p in firsts])
         for positions, outcome in zip(pending.values(), outcomes):
+            first = None
             for position in positions:
                 code, name, thought = extracted[position]
-                verdicts[position] = self._verdict(replies[position], code, outcome, name, thought)
+                verdict = self._verdict(replies[position], code, outcome, name, thought)
+                verdict.same_as, first = first, first or verdict
+                verdicts[position] = verdict
         return [v for v in verdicts if v is not None], len(firsts)
 
     def _evaluate(self, sources: list[str]) -> list[Outcome]:

@@ -263,7 +263,7 @@ class ProposerTraining:
                     "verdict": verdict.label,
                 },
             )
-            row["cached_from"] = verdict.cached_from
+            row["cached_from"] = verdict.reused_from
             call = {
                 "model": f"grpo:{self.name}",
                 "prompt": column.get("prompt"),
@@ -272,7 +272,7 @@ class ProposerTraining:
             }
             update = {"candidates_count": True}
             outcome = verdict.outcome
-            if outcome.passed and outcome.fitness is not None and verdict.cached_from is None:
+            if outcome.passed and outcome.fitness is not None and verdict.reused_from is None:
                 run = self.archive.get_run(self.run_id)
                 if run.get("best_fitness") is None or outcome.fitness > run["best_fitness"]:
                     update |= {"best_id": row["id"], "best_fitness": outcome.fitness}

@@ -95,7 +95,7 @@ def train_proposer(
         None, "--resume", help="Continue GRPO run RUN from its last checkpoint."
     ),
     unsafe_no_sandbox: bool = typer.Option(
-        False, "--unsafe-no-sandbox", help="Score completions WITHOUT bubblewrap (model output is untrusted code: avoid)."
+        False, "--unsafe-no-sandbox", help="Score completions WITHOUT bubblewrap (untrusted code!)."
     ),
     archive: str = archive_option(),
     verbose: bool = verbose_option(),

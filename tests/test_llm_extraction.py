@@ -243,3 +243,12 @@ def test_reasons_are_specific():
         extract(json.dumps({"code": "def drift(ratio, advantage, epsilon)\n  return 1\n"}), FN)
     with pytest.raises(ExtractionError, match="empty"):
         extract("", FN)
+
+
+def test_a_reply_that_is_an_unhashable_python_literal_is_a_clear_failure_not_a_crash():
+    # a set holding a dict: `ast.literal_eval` raises TypeError (measured from SmolLM2-135M)
+    for reply in ('{{"thought": "x", "code": "y"}}', "{[1, 2]}", "{{1}: 2}"):
+        with pytest.raises(ExtractionError):
+            extract(reply, FN)
+    wrapped = "{" + json.dumps({"thought": "t", "code": BODY}) + "}"
+    assert extract(wrapped, FN).code.strip() == BODY.strip()

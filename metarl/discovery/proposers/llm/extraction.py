@@ -152,7 +152,9 @@ def _loads(text: str):
         try:  # a Python dict literal with single quotes
             value = ast.literal_eval(text)
             return value if isinstance(value, dict) else None
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
+        # TypeError: a set or dict key that cannot be hashed, e.g. `{{"code": ...}}`, which a
+        # small model writes (measured: SmolLM2-135M after its warm start)
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
             return None
     return None
 

@@ -391,6 +391,11 @@ class CascadeReward:
                 outcome = Outcome.failure("propose", f"no program in the reply: {error}")
                 verdicts[position] = self._verdict(reply, None, outcome)
                 continue
+            except Exception as error:  # a reply must never stop training: logged, archived
+                logger.exception("extraction failed on a reply")
+                reason = f"no program in the reply: extraction failed ({type(error).__name__})"
+                verdicts[position] = self._verdict(reply, None, Outcome.failure("propose", reason))
+                continue
             code = found.code
             extracted[position] = (code, found.name, found.thought)
             code_hash = source_hash(code)

@@ -61,6 +61,9 @@ def train_proposer(
     prompts_per_step: Optional[int] = typer.Option(
         None, "--prompts-per-step", help="Groups per optimiser step."
     ),
+    micro_batch: Optional[int] = typer.Option(
+        None, "--micro-batch", help="Completions per forward/backward pass (memory)."
+    ),
     steps: Optional[int] = typer.Option(None, "--steps", help="GRPO steps (total over resumes)."),
     lr: Optional[float] = typer.Option(None, "--lr", help="LoRA learning rate of GRPO."),
     beta: Optional[float] = typer.Option(None, "--beta", help="KL coefficient (0: no reference)."),
@@ -139,7 +142,11 @@ def train_proposer(
         "vllm_server_url": vllm_server,
         "output_dir": output,
     }
-    budgets = {"steps": steps, "unsafe_no_sandbox": unsafe_no_sandbox or None}
+    budgets = {
+        "steps": steps,
+        "micro_batch": micro_batch,
+        "unsafe_no_sandbox": unsafe_no_sandbox or None,
+    }
     if max_time is not None:  # "none" lifts the limit: None is a value here
         budgets["max_time"] = parse_duration(max_time)
     settings = _settings(archive, resume, chosen, budgets)

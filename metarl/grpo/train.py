@@ -420,13 +420,17 @@ class ProposerTraining:
         """trl's GRPOTrainer until `steps` (or the time budget); (status, reason, model)."""
         settings = self.settings
         rows = prompt_plan.prompt_rows(self.archive, self.task, plan.train)
+        batch = settings.generations * settings.prompts_per_step
         config = GRPOConfig(
             output_dir=str(self.output_dir / "grpo"),
             max_steps=settings.steps,
             learning_rate=settings.lr,
             beta=settings.beta,
             num_generations=settings.generations,
-            per_device_train_batch_size=settings.generations * settings.prompts_per_step,
+            # one generation batch (every group of the step) per optimiser step, trained in
+            # micro-batches: one reward call, one batched evaluation, bounded memory
+            per_device_train_batch_size=settings.micro_batch,
+            gradient_accumulation_steps=batch // settings.micro_batch,
             max_completion_length=settings.max_completion_tokens,
             temperature=settings.temperature,
             use_cpu=device_kind() == "cpu",

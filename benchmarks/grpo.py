@@ -1,7 +1,7 @@
 """GRPO on the proposer with a real small model: where a step's time goes, and what training did
 to the proposer on held-out prompts.
 
-    python benchmarks/grpo.py                         # CPU: SmolLM2-135M, 8 steps (~20 min)
+    python benchmarks/grpo.py                         # CPU: SmolLM2-135M, 4 steps (~25 min)
     python benchmarks/grpo.py --model PATH --vllm     # a GPU: a larger model, vllm generation
 
 In one fresh archive:
@@ -42,10 +42,10 @@ def main() -> None:
     parser.add_argument("--timesteps", type=int, default=20_000)
     parser.add_argument("--train-seeds", type=int, default=2)
     parser.add_argument("--budget", type=int, default=6, help="discover children (prompt source)")
-    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--generations", type=int, default=4)
-    parser.add_argument("--max-tokens", type=int, default=384)
-    parser.add_argument("--sft-steps", type=int, default=20)
+    parser.add_argument("--max-tokens", type=int, default=320)
+    parser.add_argument("--sft-steps", type=int, default=8)
     parser.add_argument("--heldout-prompts", type=int, default=2)
     parser.add_argument("--vllm", action="store_true")
     parser.add_argument("--workdir", default=None)
@@ -106,7 +106,7 @@ def main() -> None:
     )
     header = "| step | mean reward | " + " | ".join(STAGES) + " | zero-spread | generate s | "
     print(header + "evaluate s | update s | step s | tokens/s |")
-    print("|" + "---|" * (len(header.split("|")) + 3))
+    print("|" + "---|" * 13)
     for r in reports:
         rates = " | ".join(
             "—" if r.pass_rates[s] is None else f"{r.pass_rates[s]:.2f}" for s in STAGES

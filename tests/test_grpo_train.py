@@ -184,3 +184,27 @@ def test_train_proposer_refuses_a_bad_option_in_one_line_before_any_archive(tmp_
     assert result.exit_code == 2
     assert "--generations must be at least 2" in result.output
     assert len(result.output.strip().splitlines()) == 1 and not path.exists()
+
+
+def test_a_missing_model_is_one_line_and_creates_no_archive(tmp_path):
+    path = tmp_path / "none.db"
+    result = invoke("train-proposer", "--model", str(tmp_path / "nope"), "--archive", str(path))
+    assert result.exit_code == 1
+    assert result.output.strip() == (
+        f"metarl train-proposer: error: no model at {tmp_path / 'nope'}: no such file or directory"
+    )
+    assert not path.exists()
+
+
+def test_a_run_that_fails_is_recorded_as_failed_with_its_reason(tmp_path, restore_logging):
+    not_a_model = tmp_path / "empty-dir"
+    not_a_model.mkdir()
+    path = tmp_path / "metarl.db"
+    result = invoke(
+        "train-proposer",
+        *("--model", str(not_a_model), "--suite", "smoke", "--archive", str(path)),
+    )
+    assert result.exit_code == 1 and "cannot load model" in result.output
+    with Archive(path) as archive:
+        run = archive.get_run("r1")
+    assert run["status"] == "failed" and "ModelLoadError" in run["stop_reason"]

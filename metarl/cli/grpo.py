@@ -151,6 +151,7 @@ def train_proposer(
         budgets["max_time"] = parse_duration(max_time)
     settings = _settings(archive, resume, chosen, budgets)
     grpo = _import_grpo()
+    grpo.model_location(settings.model)  # a missing model is one line, before any archive
     # lazy: the archive imports jax through the evaluation layer; `metarl --help` stays fast
     from metarl.archives.queries import leaderboard
     from metarl.archives.store import Archive

@@ -21,8 +21,19 @@ SMOLLM2 = "smollm2"
 
 
 def model_location(model: str) -> tuple[str, dict]:
-    """Where transformers finds `model`: (path or id, extra from_pretrained arguments)."""
-    path = smollm2_gguf_path() if model == SMOLLM2 else Path(model)
+    """Where transformers finds `model`: (path or id, extra from_pretrained arguments).
+
+    Raises:
+        ModelLoadError: `model` names a local path (absolute, relative, `~`, or a .gguf) that
+            does not exist, or the SmolLM2 package is not installed.
+    """
+    try:
+        path = smollm2_gguf_path() if model == SMOLLM2 else Path(model).expanduser()
+    except FileNotFoundError as error:
+        raise ModelLoadError(str(error)) from None
+    looks_local = model.startswith(("/", ".", "~")) or path.suffix == ".gguf"
+    if looks_local and not path.exists():
+        raise ModelLoadError(f"no model at {model}: no such file or directory")
     if path.suffix == ".gguf":
         return str(path.parent), {"gguf_file": path.name}
     return str(path), {}
@@ -44,8 +55,8 @@ def load_proposer(model: str) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]
         ModelLoadError: no such model, or its tokenizer has no chat template.
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    where, extra = model_location(model)
     try:
-        where, extra = model_location(model)
         tokenizer = AutoTokenizer.from_pretrained(where, **extra)
         network = AutoModelForCausalLM.from_pretrained(where, dtype=torch.float32, **extra)
     except (OSError, ValueError) as error:

@@ -38,6 +38,7 @@ from metarl.grpo.model import (
     device_kind,
     load_proposer,
     lora_config,
+    model_location,
     model_name,
     save_checkpoint,
 )
@@ -299,6 +300,7 @@ class ProposerTraining:
             TrainError: the run cannot start (mismatched resume, no prompts).
             ModelLoadError: the model cannot be loaded.
         """
+        model_location(self.settings.model)  # a missing model fails before any run exists
         self._open()
         status, reason = "finished", "steps done"
         evaluator = None
@@ -340,6 +342,9 @@ class ProposerTraining:
                 self._save()
         except KeyboardInterrupt:
             status, reason = "interrupted", "interrupted (Ctrl-C); resume continues here"
+        except Exception as error:  # recorded as the run's end, then raised to the caller
+            status, reason = "failed", f"{type(error).__name__}: {error}"
+            raise
         finally:
             if evaluator is not None:
                 evaluator.close()

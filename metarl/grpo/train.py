@@ -236,12 +236,13 @@ class ProposerTraining:
         """Archive a reward call's completions (the reward's recorder): one candidate each, with
         its reply as an LLM call, its step, checkpoint, phase, prompt and reward in `meta`."""
         checkpoint = self.checkpoint_of(step, phase)
+        first_seq = self.archive.child_count(self.run_id) + 1
+        best = self.archive.get_run(self.run_id).get("best_fitness")
         for index, verdict in enumerate(verdicts):
             column = {key: values[index] for key, values in columns.items() if index < len(values)}
-            seq = self.archive.child_count(self.run_id) + 1
             row = candidate_row(
                 run_id=self.run_id,
-                seq=seq,
+                seq=first_seq + index,
                 task=self.task.name,
                 method=METHOD,
                 code=verdict.code,
@@ -274,9 +275,9 @@ class ProposerTraining:
             update = {"candidates_count": True}
             outcome = verdict.outcome
             if outcome.passed and outcome.fitness is not None and verdict.reused_from is None:
-                run = self.archive.get_run(self.run_id)
-                if run.get("best_fitness") is None or outcome.fitness > run["best_fitness"]:
-                    update |= {"best_id": row["id"], "best_fitness": outcome.fitness}
+                if best is None or outcome.fitness > best:
+                    best = outcome.fitness
+                    update |= {"best_id": row["id"], "best_fitness": best}
             self.archive.record_candidate(row, outcome, calls=[call], run_update=update)
             verdict.candidate_id = row["id"]
 

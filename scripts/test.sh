@@ -3,6 +3,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh test
+# The report's browser test renders a page in Debian's chromium: install it where we can (root
+# with apt-get); where we cannot, that test is skipped and says why.
+if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null
+then
+    log=$(mktemp)
+    if ! (timeout 900 apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+        timeout 900 apt-get install -y -qq chromium) >"$log" 2>&1; then
+        echo "chromium could not be installed with apt-get (see $log); the browser test will skip"
+    fi
+fi
 # lint and format are part of the tests (ruff settings in pyproject.toml)
 .venv/bin/ruff check metarl tests benchmarks
 .venv/bin/ruff format --check --quiet metarl tests benchmarks

@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import report_pages
 import torch
 from conftest import invoke
 from safetensors.torch import load_file
@@ -19,6 +20,7 @@ from tiny_proposer import build_tiny_proposer, replies, scripted_rollout
 from metarl.archives.store import Archive
 from metarl.grpo.settings import GRPOSettings, TrainError
 from metarl.grpo.train import ProposerTraining, evaluate_proposers
+from metarl.report.page import write_report
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is experimental in trl
 
@@ -144,6 +146,21 @@ def test_eval_proposer_measures_a_checkpoint_on_the_same_held_out_prompts(resume
         rows = archive.run_candidates(second.run_id)
     assert len(scores) == 1 and scores[0].completions == 4
     assert sum(r["meta"]["phase"].startswith("eval:") for r in rows) == 4
+
+
+def test_the_report_draws_reward_and_pass_rates_per_step(resumed_run, tmp_path):
+    path, _, _, second = resumed_run
+    with Archive(path) as archive:
+        steps = archive.get_run(second.run_id)["state"]["steps"]
+        write_report(archive, [second.run_id], tmp_path / "grpo.html")
+    pages = report_pages.sections((tmp_path / "grpo.html").read_text())
+    table = report_pages.rows(pages[(second.run_id, "grpo")], "step")
+    assert [s["step"] for s in steps] == [1, 2] and sorted(table) == ["1", "2"]
+    for step in steps:
+        cells = table[str(step["step"])]
+        rates = [f"{v:.2f}" if v is not None else "—" for v in step["pass_rates"].values()]
+        assert cells[1] == f"{step['mean_reward']:.3f}" and cells[2 : 2 + len(rates)] == rates
+    assert (second.run_id, "fitness") in pages and (second.run_id, "funnel") in pages
 
 
 def test_a_resume_with_other_training_options_is_refused(resumed_run, tiny_model):

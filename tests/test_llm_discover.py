@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import report_pages
 from llm_server import CLEAN_DRIFT, Reply, ScriptedLLMServer
 
 METARL = str(Path(sys.executable).with_name("metarl"))
@@ -142,6 +143,31 @@ def test_population_run_archives_every_reply(workdir):
         "signed penalty",
     ):
         assert text in shown.stdout
+
+
+def test_the_report_sums_the_runs_llm_calls_per_model(workdir):
+    """After the population run: its report's LLM section is the calls table, summed."""
+    db = workdir / "metarl.db"
+    run_id = rows(db, "SELECT id FROM runs WHERE mode = 'population'")[0]["id"]
+    out = workdir / "llm-report.html"
+    result = metarl(workdir, "report", run_id, "--out", str(out), "--archive", str(db))
+    assert result.returncode == 0, result.stderr
+    usage = report_pages.rows(report_pages.sections(out.read_text())[(run_id, "llm")], "model")
+    calls = rows(
+        db,
+        "SELECT count(*) AS n, sum(error IS NOT NULL AND error != '') AS errors, "
+        "sum(prompt_tokens) AS prompt, sum(completion_tokens) AS completion FROM calls "
+        "WHERE run_id = ? AND model = 'openai/scripted'",
+        (run_id,),
+    )[0]
+    assert calls["n"] >= 4  # one call per child at least; a failed reply is retried
+    assert usage["openai/scripted"][1:5] == [
+        str(calls["n"]),
+        str(calls["errors"]),
+        str(calls["prompt"]),
+        str(calls["completion"]),
+    ]
+    assert usage["openai/scripted"][5] == "—"  # an unpriced model's cost is unknown, not $0
 
 
 def test_conversation_run_with_cost_budget_and_resume(workdir):

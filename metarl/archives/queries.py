@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 
 from metarl.archives.store import Archive, ArchiveError, _decode
@@ -33,10 +34,59 @@ class LeaderRow:
     confirmed_ci: list[float] | None = None
     heldout_ci: list[float] | None = None
     method: str = "discovery"  # discovery | es | distil | symbolic
+    # on an all-runs board: what differs from the board's reference setting (task, suite, seeds,
+    # budget); empty when the row is comparable with it
+    differs: list[str] = field(default_factory=list)
 
     @property
     def score(self) -> float:
         return self.confirmed if self.confirmed is not None else (self.fitness or float("-inf"))
+
+    @property
+    def setting(self) -> "Setting":
+        return Setting(self.task, self.suite, self.seeds, self.total_timesteps)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What makes two scores comparable: the same task and suite, trained on the same number of
+    seeds (seeds are always 0..n-1) for the same per-environment budget."""
+
+    task: str
+    suite: str
+    seeds: int
+    total_timesteps: int | None
+
+    def differences(self, other: "Setting") -> list[str]:
+        """The names of what differs from `other`: task, suite, seeds, budget."""
+        names = ("task", "suite", "seeds", "budget")
+        mine = (self.task, self.suite, self.seeds, self.total_timesteps)
+        theirs = (other.task, other.suite, other.seeds, other.total_timesteps)
+        return [name for name, a, b in zip(names, mine, theirs) if a != b]
+
+    def describe(self) -> str:
+        """e.g. "drift on smoke, 2 seeds, 8,192 steps per env"."""
+        steps = f"{self.total_timesteps:,}" if self.total_timesteps else "?"
+        seeds = f"{self.seeds} seed" + ("s" if self.seeds != 1 else "")
+        return f"{self.task} on {self.suite}, {seeds}, {steps} steps per env"
+
+
+def reference_setting(settings: list[Setting]) -> Setting | None:
+    """The setting most of `settings` share (on a tie, the one that comes first: the top row's
+    on a ranked board); None for an empty list."""
+    if not settings:
+        return None
+    counts = Counter(settings)
+    best = max(counts.values())
+    return next(s for s in settings if counts[s] == best)
+
+
+def flag_comparability(rows: list[LeaderRow]) -> Setting | None:
+    """Mark each row with what differs from the rows' reference setting; the reference."""
+    reference = reference_setting([row.setting for row in rows])
+    for row in rows:
+        row.differs = row.setting.differences(reference) if reference else []
+    return reference
 
 
 @dataclass
@@ -46,6 +96,7 @@ class Leaderboard:
     title: str
     mixed: bool = False  # rows from several tasks/suites
     notes: list[str] = field(default_factory=list)
+    reference: Setting | None = None  # all-runs boards: the setting rows are compared against
 
 
 def _filter_task_suite(
@@ -67,10 +118,12 @@ def leaderboard(
     suite: str | None = None,
     method: str | None = None,
     limit: int = 20,
+    run_ids: list[str] | None = None,
 ) -> Leaderboard:
     """Passed candidates ranked by their confirmed score when they have one, else their
     selection fitness. Without `run_id` or `all_runs`, the most recent run (of `task`/`suite`/
-    `method` if given). Every method's candidates are scored by the same cascade, so one board
+    `method` if given); with `run_ids`, the candidates of those runs (an all-runs board over
+    them). Every method's candidates are scored by the same cascade, so one board
     ranks them all; a method's own objective (ES fitness, fit error) never ranks anything."""
     where, params = ["c.status = 'passed'", "c.fitness IS NOT NULL"], []
     _filter_task_suite(where, params, task, suite, prefix="c.", method=method)
@@ -93,8 +146,14 @@ def leaderboard(
         title = f"run {run_id}"
     else:
         title = "all runs"
-    rows = archive.query(
-        "SELECT c.* FROM candidates c WHERE "
+        if run_ids:
+            where.append(f"c.run_id IN ({','.join('?' * len(run_ids))})")
+            params.extend(run_ids)
+            title = "runs " + ", ".join(run_ids)
+    # rank on narrow columns, then read the whole rows of the `limit` kept: a run of 10k
+    # candidates reads 5 outcome blobs, not 4,500 (benchmarks/report.py)
+    ranked = archive.query(
+        "SELECT c.id, c.hash, c.eval_key FROM candidates c WHERE "
         + " AND ".join(where)
         + " ORDER BY coalesce(c.confirmed_fitness, c.fitness) DESC, c.seq",
         params,
@@ -102,13 +161,21 @@ def leaderboard(
     if all_runs:
         # The same program evaluated the same way in several runs is one entry.
         seen, unique = set(), []
-        for row in rows:
+        for row in ranked:
             key = (row["hash"], row["eval_key"])
             if key not in seen:
                 seen.add(key)
                 unique.append(row)
-        rows = unique
-    rows = rows[:limit]
+        ranked = unique
+    kept = [r["id"] for r in ranked[:limit]]
+    by_id = {}
+    if kept:
+        marks = ",".join("?" * len(kept))
+        by_id = {
+            r["id"]: r
+            for r in archive.query(f"SELECT * FROM candidates WHERE id IN ({marks})", kept)
+        }
+    rows = [by_id[i] for i in kept]
     ids = [r["id"] for r in rows]
     scores: dict[str, dict[str, float | None]] = {i: {} for i in ids}
     envs: list[str] = []
@@ -153,7 +220,8 @@ def leaderboard(
             )
         )
     mixed = len({(r.task, r.suite) for r in out}) > 1
-    return Leaderboard(rows=out, envs=envs, title=title, mixed=mixed)
+    reference = flag_comparability(out) if all_runs else None
+    return Leaderboard(rows=out, envs=envs, title=title, mixed=mixed, reference=reference)
 
 
 def _interval(row: dict, score: str) -> list[float] | None:
@@ -180,6 +248,7 @@ def lineage(archive: Archive, candidate_id: str, max_depth: int = 50) -> dict:
             "status": row.get("status"),
             "stage": row.get("stage"),
             "operator": row.get("operator") or "",
+            "thought": row.get("thought") or "",
             "proposer": row.get("proposer") or "",
             "generation": row.get("generation") or 0,
             "is_seed": bool(row.get("is_seed")),
@@ -305,6 +374,9 @@ def export_csv(archive: Archive, run_id: str) -> str:
 __all__ = [
     "LeaderRow",
     "Leaderboard",
+    "Setting",
+    "reference_setting",
+    "flag_comparability",
     "leaderboard",
     "lineage",
     "run_summary",

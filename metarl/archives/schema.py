@@ -22,7 +22,8 @@ Tables (see DESIGN.md, "Archive"):
 Version 2 adds the 95% bootstrap intervals over training seeds: `candidates.fitness_low`/
 `fitness_high`, `heldout_low`/`heldout_high` and their `confirmed_*` counterparts;
 `evaluations.normalised_low`/`normalised_high` and `evaluations.published` (JSON: source label
--> score normalised against that source's published PPO return).
+-> score normalised against that source's published PPO return). Version 3 adds each run's and
+candidate's `method` and the candidate's method `meta`; version 4 `evaluations.curve_std`.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import Callable
 
 from sqlite_utils import Database
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 def _v1(db: Database) -> None:
@@ -241,6 +242,12 @@ def _v3(db: Database) -> None:
     db["candidates"].create_index(["method"], if_not_exists=True)
 
 
+def _v4(db: Database) -> None:
+    """The seed spread of each learning curve (std over training seeds at each point), drawn
+    as a band by `metarl report`; NULL for evaluations written before it was recorded."""
+    _add_columns(db, "evaluations", {"curve_std": str})
+
+
 # MIGRATIONS[i] takes an archive from version i to version i + 1. Append only; never drop.
-MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3]
+MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3, _v4]
 assert len(MIGRATIONS) == SCHEMA_VERSION

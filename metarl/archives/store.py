@@ -41,7 +41,7 @@ JSON_COLUMNS = {
         "outcome",
         "meta",
     },
-    "evaluations": {"seeds", "returns", "curve_steps", "curve", "published"},
+    "evaluations": {"seeds", "returns", "curve_steps", "curve", "curve_std", "published"},
     "calls": {"prompt"},
 }
 
@@ -82,12 +82,20 @@ def dumps(value) -> str | None:
     return json.dumps(_finite(value), sort_keys=True)
 
 
-def downsample(steps: list, values: list, limit: int = MAX_CURVE_POINTS) -> tuple[list, list]:
+def downsample(
+    steps: list, values: list, *more: list, limit: int = MAX_CURVE_POINTS
+) -> tuple[list, ...]:
+    """At most `limit` evenly spaced points of a curve (first and last kept): its steps, its
+    values and any other series measured at the same points (an empty series stays empty)."""
     n = len(values)
     if n <= limit:
-        return list(steps), list(values)
+        return (list(steps), list(values), *(list(m) for m in more))
     index = sorted({round(i * (n - 1) / (limit - 1)) for i in range(limit)})
-    return [steps[i] for i in index if i < len(steps)], [values[i] for i in index]
+    return (
+        [steps[i] for i in index if i < len(steps)],
+        [values[i] for i in index],
+        *([m[i] for i in index if i < len(m)] for m in more),
+    )
 
 
 def _decode(table: str, row: dict | None) -> dict | None:
@@ -562,8 +570,8 @@ def interval_columns(outcome: Outcome, prefix: str = "") -> dict:
 def outcome_columns(outcome: Outcome) -> dict:
     data = outcome.to_dict()
     for env in data.get("env_scores", []):
-        env["curve_steps"], env["curve"] = downsample(
-            env.get("curve_steps") or [], env.get("curve") or []
+        env["curve_steps"], env["curve"], env["curve_std"] = downsample(
+            env.get("curve_steps") or [], env.get("curve") or [], env.get("curve_std") or []
         )
     if outcome.passed:
         status = "passed"
@@ -599,7 +607,7 @@ def evaluation_rows(
     rows = []
     stamp = now()
     for env in outcome.env_scores:
-        steps, curve = downsample(env.curve_steps, env.curve)
+        steps, curve, spread = downsample(env.curve_steps, env.curve, env.curve_std)
         rows.append(
             {
                 "candidate_id": candidate_id,
@@ -621,6 +629,7 @@ def evaluation_rows(
                 "random_mean": env.random_mean,
                 "curve_steps": steps,
                 "curve": curve,
+                "curve_std": spread or None,
                 "compile_s": env.compile_s,
                 "run_s": env.run_s,
                 "steps_per_s": env.steps_per_s,

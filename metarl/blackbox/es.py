@@ -27,7 +27,7 @@ from __future__ import annotations
 import base64
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -210,6 +210,9 @@ class ESRunState:
     exports: int = 0
     elapsed_s: float = 0.0
     best_fitness: float | None = None  # best member fitness seen (metadata)
+    # per generation: {generation, best, mean, std, sigma, seconds} of the members' ES fitness
+    # (what `metarl report` plots; metadata, never a rank)
+    history: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -391,6 +394,16 @@ class ESRun:
         if self.state.best_fitness is None or best > self.state.best_fitness:
             self.state.best_fitness = best
         elapsed = time.perf_counter() - start
+        self.state.history.append(
+            {
+                "generation": self.state.generation,
+                "best": best,
+                "mean": float(fitness.mean()),
+                "std": float(fitness.std()),
+                "sigma": sigma,
+                "seconds": elapsed,
+            }
+        )
         logger.info(
             "generation %d: best %.3f mean %.3f sigma %.4f (%.1f s)",
             self.state.generation,

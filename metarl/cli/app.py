@@ -11,7 +11,7 @@ from __future__ import annotations
 import typer
 
 import metarl
-from metarl.cli import archive, discover, evaluate, grpo, methods
+from metarl.cli import archive, discover, evaluate, grpo, methods, report
 from metarl.cli.errors import Group
 from metarl.logs import log_to_stderr
 
@@ -55,6 +55,7 @@ app.command("show")(archive.show)
 app.command("lineage")(archive.lineage)
 app.command("runs")(archive.runs)
 app.command("export")(archive.export)
+app.command("report")(report.report)
 
 
 def main() -> None:

@@ -4,6 +4,7 @@ discovery writes to the same archive (WAL: readers never block the writer)."""
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 from typing import Optional
 
@@ -44,7 +45,13 @@ def leaderboard(
     run: Optional[str] = typer.Option(
         None, "--run", help="Rank this run's candidates (default: the latest run)."
     ),
-    all_runs: bool = typer.Option(False, "--all", help="Rank candidates of every run."),
+    all_runs: bool = typer.Option(
+        False,
+        "--all-runs",
+        "--all",
+        help="Rank candidates of every run, marking rows scored in another setting (task, "
+        "suite, seeds or budget) than most of the board.",
+    ),
     task: Optional[str] = typer.Option(None, "--task", help="Only this task."),
     suite: Optional[str] = typer.Option(None, "--suite", help="Only this suite."),
     method: Optional[str] = typer.Option(
@@ -66,15 +73,15 @@ def leaderboard(
 
       metarl leaderboard --run r2 --limit 10
 
-      metarl leaderboard --all --task drift --suite classic
+      metarl leaderboard --all-runs --task drift --suite classic
 
-      metarl leaderboard --all --method es
+      metarl leaderboard --all-runs --method es
     """
     # lazy: the archive's modules import sqlite_utils; `metarl --help` stays fast
     from metarl.archives.queries import leaderboard as rank
 
     if run and all_runs:
-        raise UserError("give either --run RUN or --all, not both")
+        raise UserError("give either --run RUN or --all-runs, not both")
     if limit < 1:
         raise UserError("--limit must be at least 1")
     _check_names(task, suite)
@@ -91,7 +98,7 @@ def leaderboard(
             limit=limit,
         )
     if as_json:
-        display.console.print_json(json.dumps([row.__dict__ for row in board.rows], default=str))
+        display.console.print_json(json.dumps([asdict(row) for row in board.rows], default=str))
         return
     if not board.rows:
         display.console.print(f"no passed candidates yet ({board.title})")

@@ -129,6 +129,9 @@ def discover(
         None, "--live/--no-live", help="Live display (default: on a terminal, unless -v)."
     ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Only print the final leaderboard."),
+    report: bool = typer.Option(
+        False, "--report", help="Write the run's HTML report (report-RUN.html) when it ends."
+    ),
     verbose: bool = verbose_option(),
 ) -> None:
     """Run the evolutionary search: propose programs, evaluate them, archive everything.
@@ -192,7 +195,7 @@ def discover(
         config = _collect(config_file, {**fixed, "temperature": temperature, **overrides})
     if max_time is not None and duration is None:  # "--max-time none" lifts the limit
         config.max_time = None
-    run_discovery(config, archive, resume, live, quiet, verbose)
+    run_discovery(config, archive, resume, live, quiet, verbose, report)
 
 
 def resume(
@@ -215,6 +218,9 @@ def resume(
         None, "--live/--no-live", help="Live display (default: on a terminal, unless -v)."
     ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Only print the final leaderboard."),
+    report: bool = typer.Option(
+        False, "--report", help="Write the run's HTML report (report-RUN.html) when it ends."
+    ),
     verbose: bool = verbose_option(),
 ) -> None:
     """Continue a stopped, interrupted or killed run exactly (alias of discover --resume).
@@ -238,7 +244,7 @@ def resume(
     config = _resume_config(archive, run, overrides, {})
     if max_time is not None and duration is None:
         config.max_time = None
-    run_discovery(config, archive, run, live, quiet, verbose)
+    run_discovery(config, archive, run, live, quiet, verbose, report)
 
 
 def _collect(config_file: Path | None, cli: dict):
@@ -304,6 +310,7 @@ def run_discovery(
     live: bool | None,
     quiet: bool,
     verbose: bool = False,
+    report: bool = False,
 ) -> None:
     """Run (or resume) the loop with a display, then print the run's report.
 
@@ -314,11 +321,14 @@ def run_discovery(
         live: the live display; None: on a terminal unless `quiet` or `verbose`.
         quiet: print only the final report.
         verbose: INFO records go to stderr (the live display would garble them).
+        report: write the run's HTML report at the end; without it, say how to.
     """
     # lazy: the loop imports jax; `metarl --help` and the archive commands stay fast
     from metarl.archives.queries import leaderboard, run_summary
     from metarl.archives.store import Archive
     from metarl.discovery.loop import DiscoveryLoop
+    from metarl.report.page import default_path, write_report
+    from metarl.report.settings import ReportError
 
     archive = Archive(archive_path, must_exist=bool(resume))
     proposer = _build_proposer(config)
@@ -345,4 +355,17 @@ def run_discovery(
     display.print_run_report(
         result, board, summary, elapsed, config.budget, archive_hint(archive_path)
     )
+    path = default_path([result.run_id], all_runs=False)
+    if report:
+        try:
+            written = write_report(archive, [result.run_id], path)
+        except ReportError as error:  # the run is archived; only its page is missing
+            logger.error("the report was not written: %s", error)
+            display.console.print(f"report: not written ({error})")
+        else:
+            display.console.print(f"report: {written.path.resolve()}")
+    else:
+        display.console.print(
+            f"report: metarl report {result.run_id}{archive_hint(archive_path)} writes {path}"
+        )
     archive.close()

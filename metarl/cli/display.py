@@ -176,6 +176,8 @@ def leaderboard_table(board, *, show_run: bool = False) -> Table:
         table.add_column("method")
     table.add_column("gen", justify="right")
     table.add_column("proposer", overflow="ellipsis")
+    if board.reference is not None:
+        table.add_column("comparable", no_wrap=True)
     for row in board.rows:
         cells = [str(row.rank), row.id]
         if show_run or board.mixed:
@@ -192,8 +194,23 @@ def leaderboard_table(board, *, show_run: bool = False) -> Table:
             str(row.generation),
             row.proposer or "—",
         ]
+        if board.reference is not None:
+            cells.append(comparable_text(row.differs))
         table.add_row(*_plain(*cells))
+    if board.reference is not None:
+        table.caption = (
+            f"compared against {board.reference.describe()}; rows marked ≠ were scored in "
+            "another setting and do not compare with it"
+        )
+        table.caption_justify = "left"
     return table
+
+
+def comparable_text(differs: list[str]) -> Text:
+    """ "yes", or "≠ seeds, budget" in red: what differs from the board's reference setting."""
+    if not differs:
+        return Text("yes", style="green")
+    return Text("≠ " + ", ".join(differs), style="red")
 
 
 def _row_interval(row: dict, score: str) -> list | None:

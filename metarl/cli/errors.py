@@ -61,6 +61,7 @@ def _layer_error_codes() -> list[tuple[type[Exception], int]]:
     from metarl.discovery.loop import LoopError
     from metarl.evaluation.sandbox import SandboxUnavailable
     from metarl.grpo.settings import GRPOSettingsError, ModelLoadError, TrainError
+    from metarl.report.settings import ReportError
     from metarl.rl.suites import UnknownSuite
     from metarl.tasks import UnknownTask
 
@@ -76,6 +77,7 @@ def _layer_error_codes() -> list[tuple[type[Exception], int]]:
         (GRPOSettingsError, USAGE),
         (ModelLoadError, FAILURE),
         (TrainError, FAILURE),
+        (ReportError, FAILURE),
     ]
 
 

@@ -2,7 +2,7 @@
 rich progress bar, then the leaderboard of the run's exports.
 
 Every method's candidates are scored by the same sandboxed cascade as `metarl discover`'s, on
-the same seeds, so `metarl leaderboard --all` ranks them together (`--method` filters).
+the same seeds, so `metarl leaderboard --all-runs` ranks them together (`--method` filters).
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ def es(
             display.console.print(display.leaderboard_table(board))
         if result.status != "finished":
             display.console.print(f"continue with: metarl es --resume {result.run_id}{hint}")
-        display.console.print(f"all methods side by side: metarl leaderboard --all{hint}")
+        display.console.print(f"all methods side by side: metarl leaderboard --all-runs{hint}")
     if result.status == "interrupted":
         raise typer.Exit(130)
 
@@ -314,6 +314,6 @@ def _print_derived(verb: str, result, archive: str) -> None:
         f"fitness {score} (teacher {teacher})"
     )
     display.console.print(
-        f"compare: metarl leaderboard --all{archive_hint(archive)}  ·  "
+        f"compare: metarl leaderboard --all-runs{archive_hint(archive)}  ·  "
         f"metarl show {result.candidate_id}{archive_hint(archive)}"
     )

@@ -33,6 +33,9 @@ class EnvScore:
     random_mean: float | None
     curve_steps: list[int] = field(default_factory=list)
     curve: list[float | None] = field(default_factory=list)
+    # the spread over seeds at each curve point (standard deviation); empty in archives from
+    # before it was recorded
+    curve_std: list[float | None] = field(default_factory=list)
     compile_s: float = 0.0
     run_s: float = 0.0
     steps_per_s: float = 0.0
@@ -216,6 +219,10 @@ def env_score(
     for label, reference in published_returns(run["env"]).items():
         value = normalised_score(mean, random_mean, reference)
         published[label] = value if math.isfinite(value) else None
+    curve = _numbers(run.get("curve", []), "curve", allow_none=True)
+    curve_std = _numbers(run.get("curve_std", []), "curve_std", allow_none=True)
+    if curve_std and len(curve_std) != len(curve):
+        raise MalformedResult("curve_std does not match the curve")
     seeds = run.get("seeds")
     if not isinstance(seeds, list) or not all(
         isinstance(x, int) and not isinstance(x, bool) for x in seeds
@@ -232,7 +239,8 @@ def env_score(
         baseline_mean=baseline_mean,
         random_mean=random_mean,
         curve_steps=[int(x) for x in _numbers(run.get("curve_steps", []), "curve_steps")],
-        curve=_numbers(run.get("curve", []), "curve", allow_none=True),
+        curve=curve,
+        curve_std=curve_std,
         compile_s=_number(run.get("compile_s", 0.0), "compile_s"),
         run_s=_number(run.get("run_s", 0.0), "run_s"),
         steps_per_s=_number(run.get("steps_per_s", 0.0) or 0.0, "steps_per_s"),

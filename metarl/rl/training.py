@@ -35,6 +35,7 @@ class EnvRun:
     curve: list[float]  # mean over seeds, downsampled learning curve
     compile_s: float
     run_s: float
+    curve_std: list[float] = field(default_factory=list)  # std over seeds at each curve point
     nonfinite_update: int | None = None  # first update (any seed) with a NaN/inf loss or param
     nonfinite_seed: int | None = None
     negative_drift_update: int | None = None  # first update (any seed) with drift < -tolerance
@@ -100,6 +101,7 @@ def summarise(
     with warnings.catch_warnings():  # a bucket where no seed finished an episode stays NaN
         warnings.simplefilter("ignore", RuntimeWarning)
         curve = np.nanmean(returns[:, :reached], axis=0)
+        curve_std = np.nanstd(returns[:, :reached], axis=0)
     return EnvRun(
         env=config.env_name,
         seeds=seeds,
@@ -107,6 +109,7 @@ def summarise(
         final_returns=[float(x) for x in np.asarray(result.final_return)],
         curve_steps=[int(s) for s in steps[:reached]],
         curve=_nan_to_none(curve),
+        curve_std=_nan_to_none(curve_std),
         compile_s=compile_s,
         run_s=run_s,
         nonfinite_update=nonfinite_update,

@@ -1,0 +1,406 @@
+"""The report's plots: one plotly figure per function, built from a story's plain data.
+
+plotly because a researcher reading a run wants to hover a point and see which candidate it is,
+zoom into a learning curve, hide a method from the legend; the page embeds plotly.js once, so it
+opens offline. Scatters of more than `max_points` candidates draw an even sample of them beside
+every incumbent and confirmed candidate (`sample`); lines and counts use every row.
+"""
+
+from __future__ import annotations
+
+import math
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from metarl.report.story import Comparison, Curves, Funnel, ModelUsage, Point, RunStory
+
+HEIGHT = 420
+PALETTE = (
+    "#1f77b4",
+    "#d62728",
+    "#2ca02c",
+    "#9467bd",
+    "#ff7f0e",
+    "#17becf",
+    "#8c564b",
+    "#e377c2",
+    "#bcbd22",
+    "#7f7f7f",
+)
+BASELINE_COLOUR = "#222222"
+
+
+def _layout(fig: go.Figure, title: str, height: int = HEIGHT, **axes) -> go.Figure:
+    fig.update_layout(
+        title={"text": title, "x": 0.01, "font": {"size": 15}},
+        template="plotly_white",
+        height=height,
+        margin={"l": 60, "r": 20, "t": 50, "b": 50},
+        legend={"orientation": "h", "y": -0.18},
+        **axes,
+    )
+    return fig
+
+
+def _rgba(hex_colour: str, alpha: float) -> str:
+    red, green, blue = (int(hex_colour[i : i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({red},{green},{blue},{alpha})"
+
+
+def _whole_ticks(fig: go.Figure, largest: int) -> None:
+    """A tick per whole number on a short x axis (counts of candidates are whole)."""
+    if largest <= 20:
+        fig.update_xaxes(dtick=1)
+
+
+def sample(points: list[Point], keep: set[str], limit: int) -> list[Point]:
+    """At most `limit` of `points` (or all `keep` ones if more): every point whose id is in
+    `keep`, and an even stride over the others, in their order."""
+    if len(points) <= limit:
+        return points
+    kept = [p for p in points if p.id in keep]
+    others = [p for p in points if p.id not in keep]
+    room = max(0, limit - len(kept))
+    stride = max(1, math.ceil(len(others) / room)) if room else len(others) + 1
+    chosen = {p.id for p in others[::stride]} if room else set()
+    return [p for p in points if p.id in keep or p.id in chosen]
+
+
+def fitness_over_evaluations(story: RunStory, limit: int) -> tuple[go.Figure, int]:
+    """Every scored candidate's fitness by proposal order, coloured by method and proposer; the
+    incumbent as a step line, confirmed re-evaluations as diamonds, the incumbent's held-out
+    score beside it. Returns the figure and how many points it draws."""
+    scored = [p for p in story.points if p.fitness is not None]
+    keep = set(story.incumbent.ids) | {p.id for p in scored if p.confirmed is not None}
+    drawn = sample(scored, keep, limit)
+    fig = go.Figure()
+    labels = list(dict.fromkeys(p.label for p in drawn))
+    for index, label in enumerate(labels):
+        group = [p for p in drawn if p.label == label]
+        fig.add_trace(
+            go.Scatter(
+                x=[p.seq for p in group],
+                y=[p.fitness for p in group],
+                mode="markers",
+                name=label,
+                marker={"size": 7, "color": PALETTE[index % len(PALETTE)], "opacity": 0.75},
+                text=[f"{p.id} {p.name}" for p in group],
+                hovertemplate="%{text}<br>evaluation %{x}<br>fitness %{y:.3f}<extra></extra>",
+            )
+        )
+    confirmed = [p for p in drawn if p.confirmed is not None]
+    if confirmed:
+        fig.add_trace(
+            go.Scatter(
+                x=[p.seq for p in confirmed],
+                y=[p.confirmed for p in confirmed],
+                mode="markers",
+                name="confirmed on more seeds",
+                marker={"symbol": "diamond-open", "size": 11, "color": BASELINE_COLOUR},
+                text=[p.id for p in confirmed],
+                hovertemplate="%{text} confirmed %{y:.3f}<extra></extra>",
+            )
+        )
+    last = max((p.seq for p in story.points), default=0)
+    incumbent = story.incumbent
+    if incumbent.seq:
+        fig.add_trace(
+            go.Scatter(
+                x=incumbent.seq + [last],
+                y=incumbent.score + [incumbent.score[-1]],
+                mode="lines",
+                line={"shape": "hv", "color": BASELINE_COLOUR, "width": 2},
+                name="incumbent",
+                text=incumbent.ids + [incumbent.ids[-1]],
+                hovertemplate="incumbent %{text}: %{y:.3f}<extra></extra>",
+            )
+        )
+        if any(h is not None for h in incumbent.heldout):
+            fig.add_trace(
+                go.Scatter(
+                    x=incumbent.seq + [last],
+                    y=incumbent.heldout + [incumbent.heldout[-1]],
+                    mode="lines",
+                    line={"shape": "hv", "color": "#ff7f0e", "width": 2, "dash": "dash"},
+                    name="incumbent's held-out score",
+                    connectgaps=False,
+                    hovertemplate="held-out %{y:.3f}<extra></extra>",
+                )
+            )
+    fig.add_hline(y=1.0, line={"color": "#999", "dash": "dot", "width": 1})
+    _whole_ticks(fig, last)
+    return (
+        _layout(
+            fig,
+            "fitness over evaluations (1.0 = the baseline program)",
+            xaxis_title="evaluation (candidates in proposal order, seed programs first)",
+            xaxis_tickformat="d",
+            yaxis_title="normalised fitness",
+        ),
+        len(drawn),
+    )
+
+
+def learning_curves(curves: list[Curves]) -> go.Figure:
+    """Per environment: each candidate's mean return over training, the seed spread (±1 std)
+    as a band, the baseline program dashed."""
+    envs = list(dict.fromkeys(env.env for c in curves for env in c.envs))
+    heldout = {env.env for c in curves for env in c.envs if env.heldout}
+    columns = min(3, max(1, len(envs)))
+    rows = max(1, math.ceil(len(envs) / columns))
+    titles = [f"{env} (held out)" if env in heldout else env for env in envs]
+    fig = make_subplots(rows=rows, cols=columns, subplot_titles=titles or [""])
+    for index, candidate in enumerate(curves):
+        colour = BASELINE_COLOUR if candidate.is_baseline else PALETTE[index % len(PALETTE)]
+        name = f"{candidate.id} {candidate.name}" + (" (baseline)" if candidate.is_baseline else "")
+        for env in candidate.envs:
+            position = envs.index(env.env)
+            row, col = position // columns + 1, position % columns + 1
+            first = env.env == envs[0] or not any(e.env == envs[0] for e in candidate.envs)
+            pairs = [(s, m) for s, m in zip(env.steps, env.mean) if m is not None]
+            if env.std and len(env.std) == len(env.mean):
+                band = [
+                    (s, m, sd)
+                    for s, m, sd in zip(env.steps, env.mean, env.std)
+                    if m is not None and sd is not None
+                ]
+                if band:
+                    fig.add_trace(
+                        go.Scatter(
+                            x=[b[0] for b in band] + [b[0] for b in reversed(band)],
+                            y=[b[1] + b[2] for b in band] + [b[1] - b[2] for b in reversed(band)],
+                            fill="toself",
+                            fillcolor=_rgba(colour, 0.15),
+                            line={"width": 0},
+                            hoverinfo="skip",
+                            showlegend=False,
+                            legendgroup=candidate.id,
+                        ),
+                        row=row,
+                        col=col,
+                    )
+            fig.add_trace(
+                go.Scatter(
+                    x=[p[0] for p in pairs],
+                    y=[p[1] for p in pairs],
+                    mode="lines",
+                    name=name,
+                    legendgroup=candidate.id,
+                    showlegend=first,
+                    line={
+                        "color": colour,
+                        "width": 2,
+                        "dash": "dash" if candidate.is_baseline else "solid",
+                    },
+                    hovertemplate=f"{candidate.id}<br>step %{{x}}<br>return %{{y:.2f}}"
+                    "<extra></extra>",
+                ),
+                row=row,
+                col=col,
+            )
+    fig.update_xaxes(title_text="environment steps")
+    fig.update_yaxes(title_text="return", col=1)
+    return _layout(
+        fig,
+        "learning curves: mean over training seeds, band = ±1 std over seeds",
+        height=max(HEIGHT, 330 * rows + 90),
+    )
+
+
+def environment_scores(curves: list[Curves]) -> go.Figure:
+    """Per environment, each top candidate's normalised score with its 95% interval."""
+    fig = go.Figure()
+    for index, candidate in enumerate(curves):
+        colour = BASELINE_COLOUR if candidate.is_baseline else PALETTE[index % len(PALETTE)]
+        envs = [e for e in candidate.envs if e.normalised is not None]
+        fig.add_trace(
+            go.Bar(
+                x=[f"{e.env} (held out)" if e.heldout else e.env for e in envs],
+                y=[e.normalised for e in envs],
+                name=f"{candidate.id} {candidate.name}",
+                marker={"color": colour},
+                error_y={
+                    "type": "data",
+                    "symmetric": False,
+                    "array": [
+                        (e.normalised_ci[1] - e.normalised) if e.normalised_ci else 0 for e in envs
+                    ],
+                    "arrayminus": [
+                        (e.normalised - e.normalised_ci[0]) if e.normalised_ci else 0 for e in envs
+                    ],
+                },
+                hovertemplate=f"{candidate.id}<br>%{{x}}: %{{y:.3f}}<extra></extra>",
+            )
+        )
+    fig.add_hline(y=1.0, line={"color": "#999", "dash": "dot", "width": 1})
+    return _layout(
+        fig,
+        "normalised score per environment, 95% bootstrap interval over seeds",
+        barmode="group",
+        yaxis_title="normalised score (1.0 = baseline)",
+    )
+
+
+def funnel(data: Funnel) -> go.Figure:
+    """How many proposals entered each stage of the cascade, and how many passed them all."""
+    stages = [s for s in data.stages]
+    fig = go.Figure(
+        go.Funnel(
+            y=[s.label for s in stages] + ["passed every stage"],
+            x=[s.entered for s in stages] + [data.passed],
+            textinfo="value+percent initial",
+            marker={"color": "#1f77b4"},
+        )
+    )
+    return _layout(fig, f"the cascade: where {data.total} proposals stopped", height=380)
+
+
+def llm_usage(usage: list[ModelUsage]) -> go.Figure:
+    """Per model over the run: tokens per call, latency per call, cumulative cost."""
+    fig = make_subplots(
+        rows=1,
+        cols=3,
+        subplot_titles=("tokens per call", "latency per call (s)", "cumulative cost (USD)"),
+    )
+    for index, model in enumerate(usage):
+        colour = PALETTE[index % len(PALETTE)]
+        common = {"legendgroup": model.model, "marker": {"color": colour, "size": 5}}
+        fig.add_trace(
+            go.Scatter(x=model.minutes, y=model.tokens, mode="markers", name=model.model, **common),
+            row=1,
+            col=1,
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=model.minutes, y=model.latency_s, mode="markers", showlegend=False, **common
+            ),
+            row=1,
+            col=2,
+        )
+        if model.cost_usd is not None:
+            fig.add_trace(
+                go.Scatter(
+                    x=model.minutes,
+                    y=model.cumulative_cost,
+                    mode="lines",
+                    showlegend=False,
+                    legendgroup=model.model,
+                    line={"color": colour, "shape": "hv"},
+                ),
+                row=1,
+                col=3,
+            )
+    fig.update_xaxes(title_text="minutes since the run started")
+    return _layout(fig, "LLM calls per model", height=400)
+
+
+def es_generations(history: list[dict]) -> go.Figure:
+    """An ES run's members' fitness per generation (best, mean ± std) and its sigma."""
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    generations = [h["generation"] for h in history]
+    means = [h.get("mean") for h in history]
+    stds = [h.get("std") or 0.0 for h in history]
+    upper = [m + s if m is not None else None for m, s in zip(means, stds)]
+    lower = [m - s if m is not None else None for m, s in zip(means, stds)]
+    fig.add_trace(
+        go.Scatter(
+            x=generations + generations[::-1],
+            y=upper + lower[::-1],
+            fill="toself",
+            fillcolor=_rgba(PALETTE[0], 0.15),
+            line={"width": 0},
+            hoverinfo="skip",
+            name="mean ± std of members",
+        ),
+        secondary_y=False,
+    )
+    fig.add_trace(
+        go.Scatter(x=generations, y=means, name="mean member", line={"color": PALETTE[0]}),
+        secondary_y=False,
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=generations,
+            y=[h.get("best") for h in history],
+            name="best member",
+            line={"color": PALETTE[1]},
+        ),
+        secondary_y=False,
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=generations,
+            y=[h.get("sigma") for h in history],
+            name="sigma",
+            line={"color": "#777", "dash": "dot"},
+        ),
+        secondary_y=True,
+    )
+    fig.update_xaxes(title_text="generation")
+    fig.update_yaxes(title_text="ES fitness (normalised return)", secondary_y=False)
+    fig.update_yaxes(title_text="sigma", secondary_y=True)
+    return _layout(fig, "evolution strategy: members' fitness and sigma per generation")
+
+
+def grpo_steps(steps: list[dict]) -> go.Figure:
+    """A GRPO run's mean reward and per-stage pass rates per optimiser step."""
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("mean reward", "pass rate per stage"))
+    x = [s["step"] for s in steps]
+    fig.add_trace(
+        go.Scatter(x=x, y=[s.get("mean_reward") for s in steps], name="mean reward"),
+        row=1,
+        col=1,
+    )
+    stages = list(dict.fromkeys(k for s in steps for k in (s.get("pass_rates") or {})))
+    for index, stage in enumerate(stages):
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=[(s.get("pass_rates") or {}).get(stage) for s in steps],
+                name=f"passed {stage}",
+                line={"color": PALETTE[(index + 1) % len(PALETTE)]},
+            ),
+            row=1,
+            col=2,
+        )
+    fig.update_xaxes(title_text="optimiser step")
+    fig.update_yaxes(range=[0, 1.02], row=1, col=2)
+    return _layout(fig, "GRPO on the proposer: reward and pass rates per step")
+
+
+def comparison_curves(comparison: Comparison) -> go.Figure:
+    """Every run's best score so far against the number of proposals: sample efficiency."""
+    fig = go.Figure()
+    for index, run in enumerate(comparison.runs):
+        name = f"{run.run_id} {run.method}" + (f" ({run.proposer})" if run.proposer else "")
+        if run.differs:
+            name += " ≠ " + ", ".join(run.differs)
+        fig.add_trace(
+            go.Scatter(
+                x=list(range(1, len(run.best_so_far) + 1)),
+                y=run.best_so_far,
+                mode="lines+markers",
+                marker={"size": 5},
+                line={
+                    "shape": "hv",
+                    "color": PALETTE[index % len(PALETTE)],
+                    "dash": "dot" if run.differs else "solid",
+                },
+                name=name,
+            )
+        )
+    fig.add_hline(
+        y=1.0,
+        line={"color": "#999", "dash": "dot", "width": 1},
+        annotation_text="baseline",
+        annotation_position="bottom right",
+    )
+    _whole_ticks(fig, max((len(r.best_so_far) for r in comparison.runs), default=0))
+    return _layout(
+        fig,
+        "best fitness so far against proposals (dotted: not comparable with the others)",
+        xaxis_title="proposals (candidates scored by the cascade, seed programs not counted)",
+        xaxis_tickformat="d",
+        yaxis_title="best normalised fitness",
+    )

@@ -1,0 +1,236 @@
+"""`metarl report`: one self-contained HTML file telling a run's story, or comparing runs.
+
+The file opens offline, anywhere: plotly.js, the styles and the highlighted code are inside it
+(no CDN, no server). The page is a Jinja2 template (templates/report.html.j2) filled with the
+stories of `metarl.report.story` and the figures of `metarl.report.figures`; every number in a
+table is the archive's, and every plot is drawn from the same data. Each section is a
+`<section data-section=NAME data-run=RUN>`, which the tests and the screenshot script address.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import jinja2
+import plotly.io as pio
+import plotly.offline
+from markupsafe import Markup
+from pygments import highlight
+from pygments.formatters import HtmlFormatter
+from pygments.lexers import DiffLexer, PythonLexer
+
+from metarl import __version__
+from metarl.archives.store import Archive
+from metarl.report import figures
+from metarl.report.settings import ReportError, ReportSettings
+from metarl.report.story import Comparison, RunStory, compare_runs, run_story
+
+TEMPLATES = Path(__file__).with_name("templates")
+CODE_STYLE = "friendly"
+
+
+@dataclass
+class ReportFile:
+    path: Path
+    bytes: int
+    runs: list[str]
+    seconds: float
+
+
+def fmt(value, digits: int = 3) -> str:
+    """A number for a table cell; "—" when unknown."""
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def fmt_ci(value, interval, digits: int = 3) -> str:
+    """ "0.953 [0.81, 1.10]", or the value alone without an interval."""
+    if value is None:
+        return "—"
+    if not interval:
+        return fmt(value, digits)
+    return f"{value:.{digits}f} [{interval[0]:.2f}, {interval[1]:.2f}]"
+
+
+def _figure(fig, div_id: str) -> Markup:
+    return Markup(
+        pio.to_html(
+            fig,
+            full_html=False,
+            include_plotlyjs=False,
+            div_id=div_id,
+            config={"displaylogo": False, "responsive": True},
+        )
+    )
+
+
+def _code(text: str, diff: bool = False) -> Markup:
+    lexer = DiffLexer() if diff else PythonLexer()
+    return Markup(highlight(text, lexer, HtmlFormatter(cssclass="code", nowrap=False)))
+
+
+def _environment() -> jinja2.Environment:
+    environment = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    environment.filters.update(fmt=fmt, fmt_ci=fmt_ci, code=_code)
+    return environment
+
+
+def run_figures(story: RunStory, settings: ReportSettings) -> dict:
+    """The run's figures as HTML fragments, by section; with `drawn`, the fitness points drawn."""
+    prefix = story.header.id
+    fitness, drawn = figures.fitness_over_evaluations(story, settings.max_points)
+    out = {"fitness": _figure(fitness, f"{prefix}-fitness-plot"), "drawn": drawn}
+    if story.curves:
+        out["curves"] = _figure(figures.learning_curves(story.curves), f"{prefix}-curves-plot")
+        out["scores"] = _figure(figures.environment_scores(story.curves), f"{prefix}-scores-plot")
+    if story.funnel.total:
+        out["funnel"] = _figure(figures.funnel(story.funnel), f"{prefix}-funnel-plot")
+    if story.usage:
+        usage = [_sampled_usage(u, settings.max_points) for u in story.usage]
+        out["llm"] = _figure(figures.llm_usage(usage), f"{prefix}-llm-plot")
+    if story.es_history:
+        out["es"] = _figure(figures.es_generations(story.es_history), f"{prefix}-es-plot")
+    if story.grpo_steps:
+        out["grpo"] = _figure(figures.grpo_steps(story.grpo_steps), f"{prefix}-grpo-plot")
+    return out
+
+
+def _sampled_usage(usage, limit: int):
+    """The usage series thinned to about `limit` calls (totals untouched)."""
+    if len(usage.minutes) <= limit:
+        return usage
+    stride = -(-len(usage.minutes) // limit)
+    return type(usage)(
+        **{
+            **usage.__dict__,
+            "minutes": usage.minutes[::stride],
+            "tokens": usage.tokens[::stride],
+            "latency_s": usage.latency_s[::stride],
+            "cumulative_cost": usage.cumulative_cost[::stride],
+        }
+    )
+
+
+def render(
+    stories: list[RunStory],
+    comparison: Comparison | None,
+    settings: ReportSettings,
+    archive_path: str,
+    omitted: list[str],
+) -> str:
+    """The page as one HTML string.
+
+    Args:
+        stories: the runs drawn in full.
+        comparison: the comparison of several runs, or None for a single run.
+        settings: what the sections show.
+        archive_path: the archive the numbers come from (shown in the header).
+        omitted: runs compared but not drawn in full (beyond `settings.max_stories`).
+    """
+    template = _environment().get_template("report.html.j2")
+    runs = [{"story": s, "figures": run_figures(s, settings)} for s in stories]
+    compare = None
+    if comparison is not None:
+        compare = {
+            "data": comparison,
+            "plot": _figure(figures.comparison_curves(comparison), "compare-plot"),
+        }
+    return template.render(
+        title=_title(stories, comparison),
+        plotly_js=Markup(plotly.offline.get_plotlyjs()),
+        code_css=Markup(HtmlFormatter(style=CODE_STYLE).get_style_defs(".code")),
+        runs=runs,
+        compare=compare,
+        settings=settings,
+        omitted=omitted,
+        archive=archive_path,
+        made=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        version=__version__,
+    )
+
+
+def _title(stories: list[RunStory], comparison: Comparison | None) -> str:
+    if comparison is not None:
+        ids = [r.run_id for r in comparison.runs]
+        shown = ", ".join(ids[:6]) + (f" and {len(ids) - 6} more" if len(ids) > 6 else "")
+        return f"metarl: runs {shown} compared"
+    header = stories[0].header
+    return f"metarl: run {header.id} ({header.method}, {header.task} on {header.suite})"
+
+
+def default_path(run_ids: list[str], all_runs: bool) -> Path:
+    """report-r1.html, report-r1-r3.html, report-all.html: in the working directory."""
+    if all_runs:
+        return Path("report-all.html")
+    name = "-".join(run_ids) if len(run_ids) <= 4 else f"{run_ids[0]}-to-{run_ids[-1]}"
+    return Path(f"report-{name}.html")
+
+
+def write_report(
+    archive: Archive,
+    run_ids: list[str],
+    out: Path,
+    settings: ReportSettings | None = None,
+) -> ReportFile:
+    """Write the report of `run_ids` (one run: its story; several: their comparison, then the
+    first `settings.max_stories` stories) to `out`, atomically.
+
+    Args:
+        archive: the archive the runs are in.
+        run_ids: the runs, in the order shown.
+        out: the HTML file to write; its folder must exist.
+        settings: what the sections show (ReportSettings() by default).
+
+    Returns:
+        The written file's path, size, runs and the seconds it took.
+
+    Raises:
+        ArchiveError: an unknown run.
+        ReportError: no runs, or a file that cannot be written.
+    """
+    settings = settings or ReportSettings()
+    if not run_ids:
+        raise ReportError(f"no runs to report in {archive.path}")
+    start = datetime.now(timezone.utc)
+    for run_id in run_ids:
+        archive.get_run(run_id)  # an unknown run is one clear line before any work
+    comparison = (
+        compare_runs(archive, run_ids, limit=max(20, settings.top)) if len(run_ids) > 1 else None
+    )
+    shown = run_ids[: settings.max_stories] if comparison is not None else run_ids
+    stories = [run_story(archive, run_id, settings) for run_id in shown]
+    text = render(stories, comparison, settings, str(archive.path), run_ids[len(shown) :])
+    _write_atomically(out, text)
+    seconds = (datetime.now(timezone.utc) - start).total_seconds()
+    return ReportFile(path=out, bytes=len(text.encode()), runs=run_ids, seconds=seconds)
+
+
+def _write_atomically(out: Path, text: str) -> None:
+    """Write `text` to `out` through a temporary file in the same folder (a reader never sees
+    half a report; an existing report is replaced only by a whole new one)."""
+    folder = out.parent if str(out.parent) else Path(".")
+    if not folder.is_dir():
+        raise ReportError(f"cannot write {out}: folder {folder} does not exist")
+    temporary = None
+    try:
+        handle, temporary = tempfile.mkstemp(prefix=".report-", suffix=".html", dir=folder)
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(text)
+        os.replace(temporary, out)
+    except OSError as error:
+        if temporary is not None and os.path.exists(temporary):
+            os.unlink(temporary)
+        raise ReportError(f"cannot write {out}: {error.strerror or error}") from None

@@ -1,0 +1,622 @@
+"""A run's story, and a comparison of runs: everything a report shows, read from the archive
+into plain data (no plotting here), so the numbers a test checks are the numbers drawn.
+
+Every method's candidates go through the same cascade, so one story fits them all: the fitness
+of every candidate in proposal order, the incumbent, the funnel of where candidates stopped, the
+top candidates' curves, scores, ancestry and code. What only one method has comes from its run
+state: an ES run's per-generation fitness and sigma, a GRPO run's per-step reward and pass rates,
+and from the calls table: an LLM run's tokens, cost and latency.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import math
+import statistics
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from metarl.archives.queries import LeaderRow, Setting, leaderboard, lineage, reference_setting
+from metarl.archives.report_rows import (
+    evaluated_program,
+    full_evaluations,
+    program_rows,
+    run_calls,
+    run_points,
+)
+from metarl.archives.store import Archive
+from metarl.evaluation.outcome import STAGES
+from metarl.report.settings import ReportSettings
+from metarl.tasks import UnknownTask, get_task
+from metarl.tasks.candidate import source_hash
+
+# how the funnel names the stages a candidate can stop at (evaluation.outcome.STAGES)
+STAGE_LABELS = {
+    "propose": "proposed (a program was extracted)",
+    "dedup": "new (not a repeat of an archived program)",
+    "static": "static check",
+    "probes": "probes",
+    "short": "short run",
+    "full": "full run",
+}
+
+
+@dataclass
+class Point:
+    """One candidate on the fitness plot."""
+
+    id: str
+    seq: int
+    name: str
+    label: str  # the method, and the proposer for discovery: what colours the point
+    status: str
+    stage: str | None
+    reason: str | None
+    fitness: float | None
+    fitness_ci: list[float] | None
+    confirmed: float | None
+    heldout: float | None
+    is_seed: bool
+
+    @property
+    def score(self) -> float | None:
+        """The number selection compares: the confirmed fitness when there is one."""
+        return self.confirmed if self.confirmed is not None else self.fitness
+
+
+@dataclass
+class Incumbent:
+    """The best candidate so far, after each scored candidate that changed it."""
+
+    seq: list[int] = field(default_factory=list)
+    score: list[float] = field(default_factory=list)
+    heldout: list[float | None] = field(default_factory=list)
+    ids: list[str] = field(default_factory=list)
+
+
+@dataclass
+class EnvCurve:
+    """A candidate's learning curve and score on one environment."""
+
+    env: str
+    heldout: bool
+    steps: list[int]
+    mean: list[float | None]
+    std: list[float | None]  # empty when the archive did not record the seed spread
+    normalised: float | None
+    normalised_ci: list[float] | None
+    seeds: int
+
+
+@dataclass
+class Curves:
+    id: str
+    name: str
+    is_baseline: bool
+    envs: list[EnvCurve]
+
+
+@dataclass
+class FunnelStage:
+    stage: str
+    label: str
+    entered: int  # candidates that reached this stage
+    stopped: int  # candidates that stopped here
+
+
+@dataclass
+class Funnel:
+    total: int  # proposals (seed programs not counted)
+    passed: int
+    stages: list[FunnelStage]
+    reasons: list[tuple[str, str, int]]  # (stage, reason, count), most common first
+
+
+@dataclass
+class ModelUsage:
+    """An LLM's calls in one run: totals, and the series the usage plot draws."""
+
+    model: str
+    calls: int
+    errors: int
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float | None  # None when no call's cost was known (unknown is not zero)
+    latency_median_s: float | None
+    latency_p90_s: float | None
+    minutes: list[float]  # each call's time since the run started
+    tokens: list[int]
+    latency_s: list[float | None]
+    cumulative_cost: list[float | None]
+
+
+@dataclass
+class Program:
+    """A top candidate's code, and what changed from its first parent."""
+
+    id: str
+    name: str
+    score: float | None
+    score_ci: list[float] | None
+    thought: str
+    operator: str
+    code: str
+    parent_id: str | None
+    diff: str  # unified diff against the parent's code; "" for a seed program or no parent
+    normalised: bool = False  # the diff is of both programs as ast.unparse writes them
+
+
+@dataclass
+class Header:
+    """The run's row, as the page's header shows it."""
+
+    id: str
+    task: str
+    suite: str
+    method: str
+    proposer: str
+    model: str
+    status: str
+    stop_reason: str
+    rng_seed: int | None
+    setting: Setting | None  # the task, suite, seeds and budget most candidates were scored at
+    budget: str
+    started_at: str
+    ended_at: str
+    wall_s: float | None
+    cost_usd: float | None
+    candidates: int
+    best_id: str | None
+    best_fitness: float | None
+    versions: dict
+    device: str
+    host: str
+    config: dict
+
+
+@dataclass
+class RunStory:
+    header: Header
+    points: list[Point]
+    incumbent: Incumbent
+    top: list[LeaderRow]
+    envs: list[str]  # training envs of the top board, in order
+    curves: list[Curves]  # the baseline program's first when the archive has it
+    funnel: Funnel
+    lineages: list[dict]  # archives.queries.lineage trees of the top candidates
+    usage: list[ModelUsage]
+    es_history: list[dict]  # per generation: generation, best, mean, std, sigma, seconds
+    grpo_steps: list[dict]  # per step: step, mean_reward, pass_rates, kl, seconds, ...
+    programs: list[Program]
+    notes: list[str] = field(default_factory=list)
+
+
+def _label(row: dict) -> str:
+    method = row.get("method") or "discovery"
+    if row.get("is_seed"):
+        return "seed program"
+    proposer = row.get("proposer") or ""
+    return f"{method}: {proposer}" if method == "discovery" and proposer else method
+
+
+def _interval(row: dict, score: str) -> list[float] | None:
+    low, high = row.get(f"{score}_low"), row.get(f"{score}_high")
+    return [low, high] if low is not None and high is not None else None
+
+
+def points_of(rows: list[dict]) -> list[Point]:
+    """The fitness plot's points from `report_rows.run_points` rows."""
+    return [
+        Point(
+            id=row["id"],
+            seq=row["seq"],
+            name=row["name"] or "",
+            label=_label(row),
+            status=row["status"] or "",
+            stage=row["stage"],
+            reason=row["reason"],
+            fitness=row["fitness"] if row["status"] == "passed" else None,
+            fitness_ci=_interval(row, "fitness"),
+            confirmed=row["confirmed_fitness"],
+            heldout=(
+                row["confirmed_heldout"] if row["confirmed_heldout"] is not None else row["heldout"]
+            ),
+            is_seed=bool(row["is_seed"]),
+        )
+        for row in rows
+    ]
+
+
+def incumbent_of(points: list[Point]) -> Incumbent:
+    """The running best score over `points` in proposal order (seed programs included: they
+    are the incumbent a search has to beat)."""
+    out = Incumbent()
+    for point in points:
+        score = point.score
+        if score is None or (out.score and score <= out.score[-1]):
+            continue
+        out.seq.append(point.seq)
+        out.score.append(score)
+        out.heldout.append(point.heldout)
+        out.ids.append(point.id)
+    return out
+
+
+def funnel_of(points: list[Point], reasons: int) -> Funnel:
+    """Where the run's proposals (seed programs excluded) stopped, and the commonest reasons.
+
+    Args:
+        points: the run's candidates.
+        reasons: how many of the most common (stage, reason) pairs to keep.
+    """
+    proposals = [p for p in points if not p.is_seed]
+    stopped = Counter(p.stage for p in proposals if p.status != "passed")
+    entered = len(proposals)
+    stages = []
+    for stage in STAGES:
+        stages.append(FunnelStage(stage, STAGE_LABELS[stage], entered, stopped.get(stage, 0)))
+        entered -= stopped.get(stage, 0)
+    why = Counter(
+        (p.stage or "?", _first_line(p.reason)) for p in proposals if p.status != "passed"
+    )
+    return Funnel(
+        total=len(proposals),
+        passed=sum(p.status == "passed" for p in proposals),
+        stages=stages,
+        reasons=[(stage, reason, n) for (stage, reason), n in why.most_common(reasons)],
+    )
+
+
+def _first_line(reason: str | None, limit: int = 160) -> str:
+    line = (reason or "no reason recorded").strip().splitlines()[0] if reason else ""
+    line = line or "no reason recorded"
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _time(stamp: str | None) -> datetime | None:
+    try:
+        return datetime.fromisoformat(stamp) if stamp else None
+    except ValueError:
+        return None
+
+
+def usage_of(calls: list[dict], started_at: str | None) -> list[ModelUsage]:
+    """Per model: the run's LLM calls summed, and their series over time."""
+    start = _time(started_at)
+    by_model: dict[str, list[dict]] = {}
+    for call in calls:
+        by_model.setdefault(call["model"] or "?", []).append(call)
+    out = []
+    for model, rows in by_model.items():
+        latencies = [r["latency_s"] for r in rows if r["latency_s"] is not None]
+        costs = [r["cost_usd"] for r in rows]
+        known = [c for c in costs if c is not None]
+        running, cumulative = 0.0, []
+        for cost in costs:
+            running += cost or 0.0
+            cumulative.append(running if known else None)
+        minutes = []
+        for row in rows:
+            at = _time(row["created_at"])
+            minutes.append((at - start).total_seconds() / 60 if at and start else len(minutes))
+        out.append(
+            ModelUsage(
+                model=model,
+                calls=len(rows),
+                errors=sum(bool(r["error"]) for r in rows),
+                prompt_tokens=sum(r["prompt_tokens"] or 0 for r in rows),
+                completion_tokens=sum(r["completion_tokens"] or 0 for r in rows),
+                cost_usd=sum(known) if known else None,
+                latency_median_s=statistics.median(latencies) if latencies else None,
+                latency_p90_s=_quantile(latencies, 0.9),
+                minutes=minutes,
+                tokens=[(r["prompt_tokens"] or 0) + (r["completion_tokens"] or 0) for r in rows],
+                latency_s=[r["latency_s"] for r in rows],
+                cumulative_cost=cumulative,
+            )
+        )
+    return out
+
+
+def _quantile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1)]
+
+
+def curves_of(candidate_id: str, name: str, evaluations: list[dict], baseline: bool) -> Curves:
+    """A candidate's full-budget selection curves, training envs first."""
+    envs = [
+        EnvCurve(
+            env=ev["env"],
+            heldout=bool(ev["heldout"]),
+            steps=list(ev["curve_steps"] or []),
+            mean=list(ev["curve"] or []),
+            std=list(ev.get("curve_std") or []),
+            normalised=ev["normalised"],
+            normalised_ci=(
+                [ev["normalised_low"], ev["normalised_high"]]
+                if ev.get("normalised_low") is not None and ev.get("normalised_high") is not None
+                else None
+            ),
+            seeds=len(ev["seeds"] or []),
+        )
+        for ev in evaluations
+    ]
+    envs.sort(key=lambda e: e.heldout)
+    return Curves(id=candidate_id, name=name, is_baseline=baseline, envs=envs)
+
+
+def _unparsed(code: str) -> str | None:
+    """The program as Python's ast writes it (no comments, one layout), or None if it does not
+    parse."""
+    try:
+        return ast.unparse(ast.parse(code)) + "\n"
+    except (SyntaxError, ValueError, RecursionError):
+        return None
+
+
+def program_of(row: dict, parent: dict | None, score_row: LeaderRow | None) -> Program:
+    """A top candidate's code and its diff against its parent. A mutation writes its child out
+    through `ast.unparse`, which drops comments and changes the layout, so a diff of the raw
+    texts marks every line; when both parse, the diff is of both written out the same way,
+    which shows only what changed in the program."""
+    code = row.get("code") or ""
+    diff, normalised = "", False
+    if parent is not None and parent.get("code"):
+        before, after = _unparsed(parent["code"]), _unparsed(code)
+        normalised = before is not None and after is not None
+        if not normalised:
+            before, after = parent["code"], code
+        diff = "".join(
+            difflib.unified_diff(
+                before.splitlines(keepends=True),
+                after.splitlines(keepends=True),
+                fromfile=parent["id"],
+                tofile=row["id"],
+            )
+        )
+    return Program(
+        id=row["id"],
+        name=row.get("name") or "",
+        score=score_row.score if score_row else row.get("fitness"),
+        score_ci=(score_row.confirmed_ci or score_row.fitness_ci) if score_row else None,
+        thought=row.get("thought") or "",
+        operator=row.get("operator") or "",
+        code=code,
+        parent_id=parent["id"] if parent else None,
+        diff=diff,
+        normalised=normalised,
+    )
+
+
+def setting_of(points: list[dict]) -> Setting | None:
+    """The setting most of a run's scored candidates share."""
+    settings = [
+        Setting(r["task"], r["suite"], len(r["seeds"]), r["total_timesteps"])
+        for r in points
+        if r["status"] == "passed"
+    ]
+    return reference_setting(settings)
+
+
+def header_of(run: dict, setting: Setting | None) -> Header:
+    config = run.get("config") or {}
+    if run.get("budget_candidates") is not None:
+        budget = f"{run['budget_candidates']} candidates"
+    elif config.get("generations"):
+        budget = f"{config['generations']} generations of {config.get('population', '?')}"
+    elif config.get("steps"):
+        budget = f"{config['steps']} steps"
+    else:
+        budget = "—"
+    if run.get("max_time_s"):
+        budget += f", at most {run['max_time_s']:g} s"
+    if run.get("max_cost_usd"):
+        budget += f", at most ${run['max_cost_usd']:g}"
+    return Header(
+        id=run["id"],
+        task=run.get("task") or "",
+        suite=run.get("suite") or "",
+        method=run.get("method") or "discovery",
+        proposer=run.get("proposer") or "",
+        model=run.get("model") or "",
+        status=run.get("status") or "",
+        stop_reason=run.get("stop_reason") or run.get("error") or "",
+        rng_seed=run.get("seed"),
+        setting=setting,
+        budget=budget,
+        started_at=run.get("started_at") or "",
+        ended_at=run.get("ended_at") or "",
+        wall_s=run.get("elapsed_s"),
+        cost_usd=run.get("cost_usd"),
+        candidates=run.get("candidates_count") or 0,
+        best_id=run.get("best_id"),
+        best_fitness=run.get("best_fitness"),
+        versions=run.get("versions") or {},
+        device=run.get("device") or "",
+        host=run.get("host") or "",
+        config=config,
+    )
+
+
+def _baseline_id(archive: Archive, run: dict, top: list[LeaderRow], rows: list[dict]) -> str:
+    """The baseline program's candidate at the top candidates' evaluation key: the run's own
+    seed when it evaluated it, else the same program evaluated the same way in another run."""
+    try:
+        task = get_task(run.get("task") or "")
+    except UnknownTask:
+        return ""
+    baseline_hash = source_hash(task.baseline_program().source)
+    keys = {r["eval_key"] for r in rows if r["id"] in {t.id for t in top}}
+    for row in rows:
+        if row["hash"] == baseline_hash and row["status"] == "passed" and row["eval_key"] in keys:
+            return row["id"]
+    for key in keys:
+        found = evaluated_program(archive, baseline_hash, key)
+        if found:
+            return found
+    return ""
+
+
+def run_story(archive: Archive, run_id: str, settings: ReportSettings) -> RunStory:
+    """Everything run `run_id`'s report shows.
+
+    Args:
+        archive: the archive holding the run.
+        run_id: the run.
+        settings: how many candidates each section shows.
+
+    Returns:
+        The RunStory.
+
+    Raises:
+        ArchiveError: no such run.
+    """
+    run = archive.get_run(run_id)
+    rows = run_points(archive, run_id)
+    points = points_of(rows)
+    board = leaderboard(archive, run_id=run_id, limit=max(settings.top, settings.code))
+    top = board.rows[: settings.top]
+    notes = []
+    baseline = _baseline_id(archive, run, top, rows)
+    if top and not baseline:
+        notes.append(
+            "the baseline program was not evaluated at the top candidates' setting in this "
+            "archive, so its learning curves are not drawn"
+        )
+    curve_ids = ([baseline] if baseline else []) + [r.id for r in top if r.id != baseline]
+    evaluations = full_evaluations(archive, curve_ids)
+    names = {r.id: r.name for r in top}
+    code_ids = [r.id for r in board.rows[: settings.code]]
+    programs = program_rows(archive, curve_ids + code_ids)
+    curves = [
+        curves_of(
+            cid,
+            names.get(cid) or programs.get(cid, {}).get("name") or "",
+            evaluations[cid],
+            cid == baseline,
+        )
+        for cid in curve_ids
+    ]
+    if any(env.steps and not env.std for c in curves for env in c.envs):
+        notes.append("some curves were archived before the seed spread was recorded: no band")
+    parents = program_rows(
+        archive,
+        [(programs[c].get("parent_ids") or [None])[0] for c in code_ids if c in programs],
+    )
+    scores = {r.id: r for r in board.rows}
+    shown = []
+    for cid in code_ids:
+        if cid in programs:
+            parent_ids = programs[cid].get("parent_ids") or []
+            parent = parents.get(parent_ids[0]) if parent_ids else None
+            shown.append(program_of(programs[cid], parent, scores.get(cid)))
+    state = run.get("state") or {}
+    method = run.get("method") or "discovery"
+    return RunStory(
+        header=header_of(run, setting_of(rows)),
+        points=points,
+        incumbent=incumbent_of(points),
+        top=top,
+        envs=board.envs,
+        curves=curves,
+        funnel=funnel_of(points, settings.reasons),
+        lineages=[
+            lineage(archive, r.id, max_depth=settings.lineage_depth)
+            for r in board.rows[: settings.lineages]
+        ],
+        usage=usage_of(run_calls(archive, run_id), run.get("started_at")),
+        es_history=list(state.get("history") or []) if method == "es" else [],
+        grpo_steps=list(state.get("steps") or []) if method == "grpo" else [],
+        programs=shown,
+        notes=notes,
+    )
+
+
+# -- several runs ---------------------------------------------------------------------------
+
+
+@dataclass
+class RunComparison:
+    """One run on the comparison page."""
+
+    run_id: str
+    method: str
+    proposer: str
+    status: str
+    proposals: int  # candidates proposed (seed programs not counted)
+    best: float | None
+    best_ci: list[float] | None
+    best_heldout: float | None
+    setting: Setting | None
+    differs: list[str]
+    to_beat: int | None  # proposals until one scored above the baseline (fitness > 1)
+    to_beat_ci: int | None  # ... with the 95% interval's lower end above 1
+    best_so_far: list[float | None]  # after each proposal
+
+
+@dataclass
+class Comparison:
+    runs: list[RunComparison]
+    reference: Setting | None
+    board: list[LeaderRow]
+    envs: list[str]
+
+
+def compare_runs(archive: Archive, run_ids: list[str], limit: int) -> Comparison:
+    """Runs side by side: best score, sample efficiency, comparability, one leaderboard.
+
+    Args:
+        archive: the archive holding the runs.
+        run_ids: the runs, in the order shown.
+        limit: rows of the cross-run leaderboard.
+
+    Returns:
+        The Comparison; a run's `differs` names what separates its setting from the one most of
+        the runs share.
+    """
+    runs = []
+    for run_id in run_ids:
+        run = archive.get_run(run_id)
+        rows = run_points(archive, run_id)
+        points = [p for p in points_of(rows) if not p.is_seed]
+        best_so_far, best, best_point = [], None, None
+        to_beat = to_beat_ci = None
+        for index, point in enumerate(points, 1):
+            score = point.score
+            if score is not None and (best is None or score > best):
+                best, best_point = score, point
+            best_so_far.append(best)
+            if to_beat is None and point.fitness is not None and point.fitness > 1.0:
+                to_beat = index
+            if to_beat_ci is None and point.fitness_ci and point.fitness_ci[0] > 1.0:
+                to_beat_ci = index
+        runs.append(
+            RunComparison(
+                run_id=run_id,
+                method=run.get("method") or "discovery",
+                proposer=(run.get("model") or run.get("proposer") or ""),
+                status=run.get("status") or "",
+                proposals=len(points),
+                best=best,
+                best_ci=best_point.fitness_ci if best_point else None,
+                best_heldout=best_point.heldout if best_point else None,
+                setting=setting_of(rows),
+                differs=[],
+                to_beat=to_beat,
+                to_beat_ci=to_beat_ci,
+                best_so_far=best_so_far,
+            )
+        )
+    reference = reference_setting([r.setting for r in runs if r.setting is not None])
+    for entry in runs:
+        if entry.setting is not None and reference is not None:
+            entry.differs = entry.setting.differences(reference)
+    board = leaderboard(archive, all_runs=True, run_ids=run_ids, limit=limit)
+    for row in board.rows:  # against the runs' reference, as the table of runs above it
+        row.differs = row.setting.differences(reference) if reference else []
+    return Comparison(runs=runs, reference=reference, board=board.rows, envs=board.envs)

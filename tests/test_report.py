@@ -1,0 +1,383 @@
+"""`metarl report` and `metarl leaderboard --all-runs` on real archives made by short runs.
+
+One archive, three real runs on the smoke suite: the drift seeds evaluated (r1, budget 0, the
+session's seeded archive), a mutation discovery run with `--report` (r2, one training seed), and
+an ES run whose exports are scored on two training seeds (r3: not comparable with r2). Every
+check compares a number on the page with the same number read from the archive. The pure parts
+(funnel, incumbent, sampling) are checked on hand-made points.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from browser import ensure_chromium, render_report, why_no_chromium
+from conftest import TINY_DISCOVER, invoke
+from PIL import Image
+from report_pages import rows, sections
+
+from metarl.archives.queries import Setting, reference_setting
+from metarl.archives.store import Archive
+from metarl.report.figures import sample
+from metarl.report.page import write_report
+from metarl.report.settings import ReportSettings
+from metarl.report.story import Point, funnel_of, incumbent_of
+
+METARL = [sys.executable, "-c", "from metarl.cli.app import main; main()"]
+ES = [
+    *("--suite", "smoke", "--population", "2", "--generations", "2", "--hidden", "8"),
+    *("--member-seeds", "1", "--timesteps", "8192", "--export-every", "2", "--train-seeds", "2"),
+]
+
+
+def metarl(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    result = subprocess.run(
+        [*METARL, *args], cwd=cwd, capture_output=True, text=True, timeout=600, env=os.environ
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result
+
+
+@pytest.fixture(scope="module")
+def runs(seeded_archive_template, tmp_path_factory):
+    """(folder, archive, discover's stdout): r1 seeds, r2 discovery with --report, r3 ES."""
+    folder = tmp_path_factory.mktemp("report")
+    db = folder / "metarl.db"
+    db.write_bytes(Path(seeded_archive_template).read_bytes())
+    found = metarl(
+        folder, "discover", *TINY_DISCOVER, "--budget", "3", "--report", "--archive", str(db)
+    )
+    metarl(folder, "es", *ES, "--archive", str(db))
+    return folder, db, found.stdout
+
+
+@pytest.fixture(scope="module")
+def page(runs):
+    """The report of r2 that `discover --report` wrote."""
+    folder, _, _ = runs
+    return (folder / "report-r2.html").read_text()
+
+
+def query(db: Path, sql: str, params=()) -> list[dict]:
+    with Archive(db, must_exist=True) as archive:
+        return archive.query(sql, params)
+
+
+def test_discover_with_report_writes_the_page_and_prints_its_path(runs):
+    folder, _, stdout = runs
+    assert f"report: {(folder / 'report-r2.html').resolve()}" in stdout
+    text = (folder / "report-r2.html").read_text()
+    # self-contained: plotly.js is inside, nothing is fetched from anywhere
+    assert "Plotly" in text and not re.search(r'<script[^>]+src=|<link[^>]+href="http', text)
+
+
+def test_a_run_report_has_every_section_of_a_discovery_run(page):
+    found = {name for run, name in sections(page) if run == "r2"}
+    assert {"header", "fitness", "curves", "scores", "funnel", "lineage", "code"} <= found
+    assert not found & {"es", "grpo", "llm"}  # a mutation run has no ES, GRPO or LLM calls
+
+
+def test_the_header_and_the_incumbent_are_the_archives(runs, page):
+    _, db, _ = runs
+    run = query(db, "SELECT * FROM runs WHERE id = 'r2'")[0]
+    header = sections(page)[("r2", "header")]
+    assert f'data-value="candidates">{run["candidates_count"]}<' in header
+    assert "drift on smoke, 1 seed, 8,192 steps per env" in header
+    best = query(
+        db,
+        "SELECT id, coalesce(confirmed_fitness, fitness) AS score FROM candidates WHERE "
+        "run_id = 'r2' AND status = 'passed' ORDER BY score DESC, seq LIMIT 1",
+    )[0]
+    incumbents = rows(sections(page)[("r2", "fitness")], "candidate")
+    last = list(incumbents.values())[-1]
+    assert last[1] == best["id"] and last[2] == f"{best['score']:.3f}"
+
+
+def test_the_funnel_counts_where_each_proposal_stopped(runs, page):
+    _, db, _ = runs
+    stopped = {
+        r["stage"]: r["n"]
+        for r in query(
+            db,
+            "SELECT stage, count(*) AS n FROM candidates WHERE run_id = 'r2' AND is_seed = 0 "
+            "AND status != 'passed' GROUP BY stage",
+        )
+    }
+    total = query(db, "SELECT count(*) AS n FROM candidates WHERE run_id = 'r2' AND is_seed = 0")
+    passed = query(
+        db,
+        "SELECT count(*) AS n FROM candidates WHERE run_id = 'r2' AND is_seed = 0 "
+        "AND status = 'passed'",
+    )
+    table = rows(sections(page)[("r2", "funnel")], "stage")
+    entered = total[0]["n"]
+    for stage in ("propose", "dedup", "static", "probes", "short", "full"):
+        assert table[stage][1:] == [str(entered), str(stopped.get(stage, 0))], stage
+        entered -= stopped.get(stage, 0)
+    assert table["passed"][1] == str(passed[0]["n"]) == str(entered)
+
+
+def test_per_environment_scores_are_the_archives_with_the_baseline(runs, page):
+    _, db, _ = runs
+    table = sections(page)[("r2", "scores")]
+    shown = re.findall(r'data-candidate="([^"]+)" data-env="([^"]+)"', table)
+    assert shown and "(baseline)" in table
+    for candidate, env in shown:
+        ev = query(
+            db,
+            "SELECT normalised, normalised_low, normalised_high FROM evaluations WHERE "
+            "candidate_id = ? AND env = ? AND purpose = 'selection' AND stage = 'full'",
+            (candidate, env),
+        )[0]
+        row = re.search(
+            rf'data-candidate="{candidate}" data-env="{env}">(.*?)</tr>', table, re.S
+        ).group(1)
+        assert f"{ev['normalised']:.3f}" in row
+
+
+def test_the_learning_curves_draw_the_seed_spread(runs):
+    _, db, _ = runs
+    spread = query(
+        db,
+        "SELECT curve, curve_std FROM evaluations WHERE run_id = 'r3' AND stage = 'full' "
+        "AND purpose = 'selection' LIMIT 1",
+    )[0]
+    # two training seeds: the spread is recorded point for point beside the mean curve
+    curve, std = json.loads(spread["curve"]), json.loads(spread["curve_std"] or "[]")
+    assert std and len(std) == len(curve) and any(s > 0 for s in std if s is not None)
+
+
+def test_the_code_section_shows_the_top_programs_and_their_diff(runs, page):
+    _, db, _ = runs
+    code = sections(page)[("r2", "code")]
+    shown = re.findall(r'<h3 data-candidate="([^"]+)"', code)
+    assert shown
+    text = html.unescape(re.sub(r"<[^>]+>", "", code))
+    for cid in shown:
+        row = query(db, "SELECT code, parent_ids FROM candidates WHERE id = ?", (cid,))[0]
+        assert row["code"].strip().splitlines()[-1].strip() in text
+        parents = re.findall(r'"([^"]+)"', row["parent_ids"] or "[]")
+        if (
+            parents
+            and query(db, "SELECT code FROM candidates WHERE id = ?", (parents[0],))[0]["code"]
+            != row["code"]
+        ):
+            assert f"--- {parents[0]}" in text and f"+++ {cid}" in text
+
+
+def test_the_lineage_reaches_the_seed_programs(page):
+    lineage = sections(page)[("r2", "lineage")]
+    assert 'class="node seed"' in lineage
+
+
+def test_an_es_report_draws_fitness_and_sigma_per_generation(runs, tmp_path):
+    _, db, _ = runs
+    with Archive(db, must_exist=True) as archive:
+        history = archive.get_run("r3")["state"]["history"]
+        write_report(archive, ["r3"], tmp_path / "es.html")
+    es = sections((tmp_path / "es.html").read_text())[("r3", "es")]
+    table = rows(es, "generation")
+    assert [h["generation"] for h in history] == [1, 2]
+    for generation in history:
+        cells = table[str(generation["generation"])]
+        assert cells[1:5] == [
+            f"{generation['best']:.3f}",
+            f"{generation['mean']:.3f}",
+            f"{generation['std']:.3f}",
+            f"{generation['sigma']:.4f}",
+        ]
+
+
+def test_a_comparison_marks_runs_scored_in_another_setting(runs, tmp_path):
+    folder, db, _ = runs
+    out = tmp_path / "compare.html"
+    result = invoke("report", "r2", "r3", "--out", str(out), "--archive", str(db))
+    assert result.exit_code == 0, result.output
+    assert "2 runs" in result.output
+    compare = sections(out.read_text())[("", "compare")]
+    table = rows(compare, "run")
+    assert set(table) == {"r2", "r3"}
+    # both runs have 1 proposal-setting each; the tie goes to the first run listed (r2)
+    assert table["r2"][-1] == "yes" and table["r3"][-1] == "≠ seeds"
+    best = query(
+        db,
+        "SELECT max(coalesce(confirmed_fitness, fitness)) AS best FROM candidates "
+        "WHERE run_id = 'r3' AND is_seed = 0 AND status = 'passed'",
+    )[0]["best"]
+    assert table["r3"][5].startswith(f"{best:.3f}")
+    board = rows(compare, "candidate")
+    assert board and all(cells[2] in ("r2", "r3") for cells in board.values())
+
+
+def test_leaderboard_all_runs_says_which_rows_are_comparable(runs, restore_logging):
+    _, db, _ = runs
+    shown = invoke("leaderboard", "--all-runs", "--json", "--archive", str(db))
+    assert shown.exit_code == 0, shown.output
+    board = json.loads(shown.output)
+    by_run = {row["run_id"]: row["differs"] for row in board}
+    # most rows are the one-seed discovery candidates; the ES exports used two seeds
+    assert by_run["r2"] == [] and by_run["r3"] == ["seeds"]
+    table = invoke("leaderboard", "--all-runs", "--archive", str(db))
+    assert "comparable" in table.output and "≠ seeds" in table.output
+
+
+def test_report_errors_are_one_line_and_write_nothing(runs, tmp_path, restore_logging):
+    _, db, _ = runs
+    unknown = invoke("report", "r9", "--out", str(tmp_path / "x.html"), "--archive", str(db))
+    assert unknown.exit_code != 0 and "no run 'r9'" in unknown.output
+    both = invoke("report", "r2", "--all-runs", "--archive", str(db))
+    assert both.exit_code == 2 and "not both" in both.output
+    folder = invoke("report", "r2", "--out", str(tmp_path / "no" / "x.html"), "--archive", str(db))
+    assert folder.exit_code == 1 and "does not exist" in folder.output
+    missing = invoke("report", "--archive", str(tmp_path / "none.db"))
+    assert missing.exit_code == 1 and not (tmp_path / "none.db").exists()
+    assert not list(tmp_path.glob("*.html")) and not list(tmp_path.glob(".report-*"))
+
+
+# -- in a browser ---------------------------------------------------------------------------
+
+RUN_SECTIONS = ("header", "fitness", "curves", "scores", "funnel", "lineage", "code")
+DOCS_MAX_BYTES = 400_000
+DOCS_WIDTH = 1100
+
+
+def test_the_reports_render_in_a_browser_without_errors(runs, tmp_path):
+    """r2's report (discover --report) and r2 compared with the ES run r3, opened in headless
+    Chromium: no JavaScript errors, every plot drawn, no blank section. With
+    METARL_SCREENSHOTS_DIR set, the screenshots are also kept there as the README's pictures
+    (`METARL_SCREENSHOTS_DIR=docs/report pytest tests/test_report.py -k browser`)."""
+    folder, db, _ = runs
+    if ensure_chromium() is None:
+        pytest.skip(f"chromium is not installed and apt-get cannot install it: {why_no_chromium()}")
+    compare = tmp_path / "compare.html"
+    with Archive(db, must_exist=True) as archive:
+        write_report(archive, ["r2", "r3"], compare)
+    expected = {
+        folder / "report-r2.html": [f"r2-{s}" for s in RUN_SECTIONS],
+        compare: ["compare", "r3-es", "r3-fitness", *(f"r2-{s}" for s in RUN_SECTIONS)],
+    }
+    shots: dict[str, Path] = {}
+    for page_path, sections_expected in expected.items():
+        rendered = render_report(page_path, tmp_path / page_path.stem)
+        assert not rendered.errors, "JavaScript errors:\n" + "\n".join(rendered.errors)
+        assert rendered.plots > 0 and rendered.rendered_plots == rendered.plots, rendered
+        for key in sections_expected:
+            path = rendered.screenshots.get(key)
+            assert path is not None, f"no screenshot of {key}: {sorted(rendered.screenshots)}"
+            with Image.open(path) as image:
+                assert image.width >= 600 and image.height >= 100, (key, image.size)
+                assert _drawn_fraction(image) > 0.02, f"the {key} screenshot is blank"
+        shots.update({key: rendered.screenshots[key] for key in sections_expected})
+    target = os.environ.get("METARL_SCREENSHOTS_DIR")
+    if target:
+        _save_for_docs(shots, Path(target))
+
+
+def _drawn_fraction(image: Image.Image) -> float:
+    """The share of pixels that differ from the most common colour (the background)."""
+    total = image.width * image.height
+    background = max(count for count, _ in image.convert("RGB").getcolors(total))
+    return 1 - background / total
+
+
+def _save_for_docs(screenshots: dict[str, Path], target: Path) -> None:
+    """TARGET/<section>.png for each section (es.png from the ES run); one over DOCS_MAX_BYTES
+    is scaled down to DOCS_WIDTH pixels wide."""
+    target.mkdir(parents=True, exist_ok=True)
+    for key, path in screenshots.items():
+        name = key.split("-", 1)[-1]
+        if key == "r3-fitness":
+            continue  # the docs show the discovery run's fitness plot
+        out = target / f"{name}.png"
+        if path.stat().st_size <= DOCS_MAX_BYTES:
+            shutil.copyfile(path, out)
+            continue
+        with Image.open(path) as image:
+            height = round(image.height * DOCS_WIDTH / image.width)
+            image.resize((DOCS_WIDTH, height), Image.LANCZOS).save(out, optimize=True)
+
+
+# -- the pure parts -------------------------------------------------------------------------
+
+
+def point(seq: int, fitness=None, status="passed", stage="full", seed=False, confirmed=None):
+    return Point(
+        id=f"r1-{seq}",
+        seq=seq,
+        name="",
+        label="x",
+        status=status if fitness is not None or status != "passed" else "failed",
+        stage=stage,
+        reason=None if status == "passed" else f"{stage} broke",
+        fitness=fitness,
+        fitness_ci=None,
+        confirmed=confirmed,
+        heldout=None,
+        is_seed=seed,
+    )
+
+
+def test_the_incumbent_steps_up_only_on_a_better_score_and_prefers_the_confirmed_one():
+    points = [
+        point(0, 1.0, seed=True),
+        point(1, 0.5),
+        point(2, 1.4, confirmed=1.1),
+        point(3, 1.2),
+        point(4, None, status="failed", stage="probes"),
+        point(5, 1.3),
+    ]
+    incumbent = incumbent_of(points)
+    assert incumbent.ids == ["r1-0", "r1-2", "r1-3", "r1-5"]
+    assert incumbent.score == [1.0, 1.1, 1.2, 1.3]
+
+
+def test_the_funnel_counts_proposals_not_seed_programs():
+    points = [
+        point(0, 1.0, seed=True),
+        point(1, None, status="no_code", stage="propose"),
+        point(2, None, status="duplicate", stage="dedup"),
+        point(3, None, status="failed", stage="probes"),
+        point(4, None, status="failed", stage="probes"),
+        point(5, 0.9),
+    ]
+    funnel = funnel_of(points, reasons=10)
+    assert funnel.total == 5 and funnel.passed == 1
+    assert [(s.stage, s.entered, s.stopped) for s in funnel.stages] == [
+        ("propose", 5, 1),
+        ("dedup", 4, 1),
+        ("static", 3, 0),
+        ("probes", 3, 2),
+        ("short", 1, 0),
+        ("full", 1, 0),
+    ]
+    assert funnel.reasons[0] == ("probes", "probes broke", 2)
+
+
+def test_a_sample_keeps_every_incumbent_and_stays_under_the_limit():
+    points = [point(i, i / 1000) for i in range(10_000)]
+    keep = {"r1-9999", "r1-17"}
+    drawn = sample(points, keep, limit=500)
+    ids = [p.id for p in drawn]
+    assert len(drawn) <= 500 and keep <= set(ids)
+    assert ids == sorted(ids, key=lambda i: int(i.split("-")[1]))  # proposal order kept
+    assert sample(points[:100], set(), limit=500) == points[:100]
+
+
+def test_the_reference_setting_is_the_one_most_rows_share():
+    a, b = Setting("drift", "smoke", 1, 8192), Setting("drift", "smoke", 2, 8192)
+    assert reference_setting([b, a, a]) == a and reference_setting([b, a]) == b
+    assert a.differences(Setting("drift", "classic", 2, 4096)) == ["suite", "seeds", "budget"]
+    assert reference_setting([]) is None
+
+
+def test_report_settings_refuse_nonsense():
+    with pytest.raises(Exception, match="top must be at least 1"):
+        ReportSettings(top=0)

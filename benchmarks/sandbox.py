@@ -84,7 +84,7 @@ def measure(name: str, timesteps: dict, seeds: int, repeats: int) -> list[dict]:
             evaluator.evaluate(source, "drift")  # also caches the short-run baseline
         warmup = time.perf_counter() - start
         for repeat in range(repeats):
-            for pool in (evaluator._tracers, evaluator._trainers):
+            for pool in (evaluator._executor.pool("tracer"), evaluator._executor.pool("trainer")):
                 pool._idle[0].wait_ready()
             time.sleep(6.0)  # let the spare finish preloading, as it would during an LLM call
             outcome = evaluator.evaluate(source, "drift")

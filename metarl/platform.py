@@ -7,9 +7,11 @@ Everything here reads package metadata, the environment and /proc only.
 
 from __future__ import annotations
 
+import glob
 import importlib.metadata
 import importlib.util
 import os
+import re
 
 import metarl
 
@@ -39,6 +41,19 @@ def backend() -> str:
     if os.environ.get("JAX_PLATFORMS", "") == "cpu":
         return "cpu"
     return "cuda" if cuda_plugin_installed() else "cpu"
+
+
+def visible_gpus() -> list[str]:
+    """The CUDA devices this process may use, as CUDA_VISIBLE_DEVICES values: the variable's own
+    entries when it is set, else one per /dev/nvidiaN; [] without a CUDA plugin (on a CPU
+    backend nothing is pinned)."""
+    if backend() != "cuda":
+        return []
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        return [d.strip() for d in listed.split(",") if d.strip() and d.strip() != "-1"]
+    numbers = [re.fullmatch(r"/dev/nvidia(\d+)", path) for path in glob.glob("/dev/nvidia*")]
+    return [m.group(1) for m in sorted(filter(None, numbers), key=lambda m: int(m.group(1)))]
 
 
 def library_versions() -> dict[str, str | None]:

@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import report_pages
 
 from metarl.archives.store import Archive
 from metarl.blackbox import es, open_lite
@@ -14,6 +15,7 @@ from metarl.blackbox.config import ESConfig, ESConfigError
 from metarl.blackbox.export import ExportError, lpo_source, read_lpo_source
 from metarl.evaluation.stages import trace_candidate
 from metarl.evaluation.static_check import check_task_source
+from metarl.report.page import write_report
 from metarl.rl import lpo
 from metarl.rl.components import ppo_clip_drift
 from metarl.rl.ppo import make_train
@@ -188,6 +190,27 @@ def test_an_interrupted_es_run_resumes_with_the_same_state_and_mean(es_archive, 
         (expected_row,) = archive.run_candidates(reference.run_id)
     assert state["es"] == expected["es"] and state["rng"] == expected["rng"]
     assert row["hash"] == expected_row["hash"]  # the same mean, exported byte for byte
+
+
+def test_the_report_draws_fitness_and_sigma_per_generation(es_archive, tmp_path):
+    path, result, events = es_archive
+    with Archive(path) as archive:
+        history = archive.get_run(result.run_id)["state"]["history"]
+        write_report(archive, [result.run_id], tmp_path / "es.html")
+    shown = [d for k, d in events if k == "generation"]
+    assert [h["generation"] for h in history] == [1, 2, 3]
+    for entry, event in zip(history, shown):  # what the run measured, generation by generation
+        assert entry["best"] == float(event["fitness"].max())
+        assert entry["sigma"] == event["sigma"]
+    es = report_pages.sections((tmp_path / "es.html").read_text())[(result.run_id, "es")]
+    table = report_pages.rows(es, "generation")
+    for entry in history:
+        assert table[str(entry["generation"])][1:5] == [
+            f"{entry['best']:.3f}",
+            f"{entry['mean']:.3f}",
+            f"{entry['std']:.3f}",
+            f"{entry['sigma']:.4f}",
+        ]
 
 
 def test_resuming_with_other_search_options_is_refused(es_archive):

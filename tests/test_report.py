@@ -2,7 +2,8 @@
 
 One archive, three real runs on the smoke suite: the drift seeds evaluated (r1, budget 0, the
 session's seeded archive), a mutation discovery run with `--report` (r2, one training seed), and
-an ES run whose exports are scored on two training seeds (r3: not comparable with r2). Every
+the seeds scored on two training seeds (r3, budget 0: not comparable with r2). The ES and GRPO
+sections are checked where those runs are made (test_es.py, test_grpo_train.py). Every
 check compares a number on the page with the same number read from the archive. The pure parts
 (funnel, incumbent, sampling) are checked on hand-made points.
 """
@@ -32,10 +33,8 @@ from metarl.report.settings import ReportSettings
 from metarl.report.story import Point, funnel_of, incumbent_of
 
 METARL = [sys.executable, "-c", "from metarl.cli.app import main; main()"]
-ES = [
-    *("--suite", "smoke", "--population", "2", "--generations", "2", "--hidden", "8"),
-    *("--member-seeds", "1", "--timesteps", "8192", "--export-every", "2", "--train-seeds", "2"),
-]
+# r3: the seed programs scored on two training seeds (budget 0): another setting than r2's
+TWO_SEEDS = ["--suite", "smoke", "--timesteps", "8192", "--seeds", "2", "--no-live"]
 
 
 def metarl(cwd: Path, *args: str) -> subprocess.CompletedProcess:
@@ -48,14 +47,15 @@ def metarl(cwd: Path, *args: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def runs(seeded_archive_template, tmp_path_factory):
-    """(folder, archive, discover's stdout): r1 seeds, r2 discovery with --report, r3 ES."""
+    """(folder, archive, discover's stdout): r1 seeds, r2 discovery with --report, r3 the seeds
+    on two training seeds."""
     folder = tmp_path_factory.mktemp("report")
     db = folder / "metarl.db"
     db.write_bytes(Path(seeded_archive_template).read_bytes())
     found = metarl(
         folder, "discover", *TINY_DISCOVER, "--budget", "3", "--report", "--archive", str(db)
     )
-    metarl(folder, "es", *ES, "--archive", str(db))
+    metarl(folder, "discover", *TWO_SEEDS, "--budget", "0", "--archive", str(db))
     return folder, db, found.stdout
 
 
@@ -178,24 +178,6 @@ def test_the_lineage_reaches_the_seed_programs(page):
     assert 'class="node seed"' in lineage
 
 
-def test_an_es_report_draws_fitness_and_sigma_per_generation(runs, tmp_path):
-    _, db, _ = runs
-    with Archive(db, must_exist=True) as archive:
-        history = archive.get_run("r3")["state"]["history"]
-        write_report(archive, ["r3"], tmp_path / "es.html")
-    es = sections((tmp_path / "es.html").read_text())[("r3", "es")]
-    table = rows(es, "generation")
-    assert [h["generation"] for h in history] == [1, 2]
-    for generation in history:
-        cells = table[str(generation["generation"])]
-        assert cells[1:5] == [
-            f"{generation['best']:.3f}",
-            f"{generation['mean']:.3f}",
-            f"{generation['std']:.3f}",
-            f"{generation['sigma']:.4f}",
-        ]
-
-
 def test_a_comparison_marks_runs_scored_in_another_setting(runs, tmp_path):
     folder, db, _ = runs
     out = tmp_path / "compare.html"
@@ -205,14 +187,15 @@ def test_a_comparison_marks_runs_scored_in_another_setting(runs, tmp_path):
     compare = sections(out.read_text())[("", "compare")]
     table = rows(compare, "run")
     assert set(table) == {"r2", "r3"}
-    # both runs have 1 proposal-setting each; the tie goes to the first run listed (r2)
+    # one run per setting: the tie goes to the first run listed (r2)
     assert table["r2"][-1] == "yes" and table["r3"][-1] == "≠ seeds"
     best = query(
         db,
         "SELECT max(coalesce(confirmed_fitness, fitness)) AS best FROM candidates "
-        "WHERE run_id = 'r3' AND is_seed = 0 AND status = 'passed'",
+        "WHERE run_id = 'r2' AND is_seed = 0 AND status = 'passed'",
     )[0]["best"]
-    assert table["r3"][5].startswith(f"{best:.3f}")
+    assert table["r2"][5].startswith(f"{best:.3f}")
+    assert table["r3"][4] == "0" and table["r3"][5] == "—"  # no proposals: nothing to beat
     board = rows(compare, "candidate")
     assert board and all(cells[2] in ("r2", "r3") for cells in board.values())
 
@@ -223,7 +206,7 @@ def test_leaderboard_all_runs_says_which_rows_are_comparable(runs, restore_loggi
     assert shown.exit_code == 0, shown.output
     board = json.loads(shown.output)
     by_run = {row["run_id"]: row["differs"] for row in board}
-    # most rows are the one-seed discovery candidates; the ES exports used two seeds
+    # most rows are the one-seed discovery candidates; r3 scored the seeds on two
     assert by_run["r2"] == [] and by_run["r3"] == ["seeds"]
     table = invoke("leaderboard", "--all-runs", "--archive", str(db))
     assert "comparable" in table.output and "≠ seeds" in table.output
@@ -262,7 +245,7 @@ def test_the_reports_render_in_a_browser_without_errors(runs, tmp_path):
         write_report(archive, ["r2", "r3"], compare)
     expected = {
         folder / "report-r2.html": [f"r2-{s}" for s in RUN_SECTIONS],
-        compare: ["compare", "r3-es", "r3-fitness", *(f"r2-{s}" for s in RUN_SECTIONS)],
+        compare: ["compare", "r3-fitness", *(f"r2-{s}" for s in RUN_SECTIONS)],
     }
     shots: dict[str, Path] = {}
     for page_path, sections_expected in expected.items():
@@ -289,8 +272,8 @@ def _drawn_fraction(image: Image.Image) -> float:
 
 
 def _save_for_docs(screenshots: dict[str, Path], target: Path) -> None:
-    """TARGET/<section>.png for each section (es.png from the ES run); one over DOCS_MAX_BYTES
-    is scaled down to DOCS_WIDTH pixels wide."""
+    """TARGET/<section>.png for each section; one over DOCS_MAX_BYTES is scaled down to
+    DOCS_WIDTH pixels wide."""
     target.mkdir(parents=True, exist_ok=True)
     for key, path in screenshots.items():
         name = key.split("-", 1)[-1]

@@ -171,7 +171,7 @@ def test_pool_prewarms_and_never_reuses_a_worker():
     with Evaluator(CascadeSettings(**SETTINGS), workers=1) as evaluator:
         pids = []
         for _ in range(2):
-            spare = evaluator._tracers._idle[0]
+            spare = evaluator._executor.pool("tracer")._idle[0]
             assert spare.wait_ready()  # the spare has imported jax already
             outcome = evaluator.evaluate(bad, "drift")
             assert outcome.stage == "probes" and "has shape (64, 1)" in outcome.reason
@@ -180,7 +180,7 @@ def test_pool_prewarms_and_never_reuses_a_worker():
             pids.append(outcome.sandbox["worker_pid"])
             assert gone(pids[-1])
         assert pids[0] != pids[1]
-        live = [w for w in evaluator._tracers._idle]
+        live = [w for w in evaluator._executor.pool("tracer")._idle]
     for worker in live:
         assert gone(worker.pid) and not os.path.exists(worker.tmpdir)
 

@@ -68,7 +68,23 @@ def discover(
         None, "--budget", help="Candidates to propose (seeds not counted)."
     ),
     archive: str = archive_option(),
-    workers: Optional[int] = typer.Option(None, "--workers", help="Concurrent evaluations."),
+    workers: Optional[int] = typer.Option(
+        None,
+        "--workers",
+        help="Concurrent evaluations; with several GPUs, one worker pinned to each of the first "
+        "N; with --executor ray, the Ray tasks a batch is split into.",
+    ),
+    executor: Optional[str] = typer.Option(
+        None, "--executor", help="Where sandboxed workers run: local (this machine) or ray."
+    ),
+    ray_address: Optional[str] = typer.Option(
+        None, "--ray-address", help="The Ray cluster: auto or HOST:PORT (with --executor ray)."
+    ),
+    devices: Optional[str] = typer.Option(
+        None,
+        "--devices",
+        help="GPUs to pin local workers to, one each: 0,1,2,3 (CUDA_VISIBLE_DEVICES values).",
+    ),
     seed: Optional[int] = typer.Option(None, "--seed", help="RNG seed of the search."),
     config_file: Optional[Path] = typer.Option(
         None, "--config", help="TOML file with defaults for these options."
@@ -148,6 +164,12 @@ def discover(
 
       metarl discover --budget 40 --max-time 1h --workers 2 --seed 1
 
+      metarl discover --suite minatar --devices 0,1,2,3
+
+      metarl discover --executor ray --ray-address 10.0.0.5:6379 --workers 8
+
+      metarl discover --suite smoke --budget 5 --report
+
       metarl discover --proposer llm --model openai/gpt-4o-mini --max-cost 2
 
       metarl discover --config discover.toml
@@ -159,6 +181,9 @@ def discover(
     overrides: dict[str, Any] = {
         "budget": budget,
         "workers": workers,
+        "executor": executor,
+        "ray_address": ray_address,
+        "devices": _devices(devices),
         "max_cost": max_cost,
         "api_base": api_base,
         "llm_timeout": llm_timeout,
@@ -198,6 +223,16 @@ def discover(
     run_discovery(config, archive, resume, live, quiet, verbose, report)
 
 
+def _devices(text: str | None) -> list[str] | None:
+    """ "0,1,2" -> ["0", "1", "2"]; None when not given."""
+    if text is None:
+        return None
+    devices = [d.strip() for d in text.split(",") if d.strip()]
+    if not devices:
+        raise UserError("--devices needs at least one device, e.g. --devices 0,1")
+    return devices
+
+
 def resume(
     run: str = typer.Argument(..., help="The run to continue, e.g. r3."),
     archive: str = archive_option(),
@@ -211,6 +246,12 @@ def resume(
         None, "--max-cost", help="New LLM cost budget in USD."
     ),
     workers: Optional[int] = typer.Option(None, "--workers", help="Concurrent evaluations."),
+    executor: Optional[str] = typer.Option(
+        None, "--executor", help="Where sandboxed workers run: local or ray."
+    ),
+    ray_address: Optional[str] = typer.Option(
+        None, "--ray-address", help="The Ray cluster to reconnect to: auto or HOST:PORT."
+    ),
     api_base: Optional[str] = typer.Option(
         None, "--api-base", help="OpenAI-compatible server URL."
     ),
@@ -230,12 +271,16 @@ def resume(
       metarl resume r3
 
       metarl resume r3 --budget 40 --max-time 30m
+
+      metarl resume r3 --ray-address 10.0.0.5:6379
     """
     log_to_stderr(verbose)
     overrides = {
         "budget": budget,
         "max_cost": max_cost,
         "workers": workers,
+        "executor": executor,
+        "ray_address": ray_address,
         "api_base": api_base,
     }
     duration = parse_duration(max_time)
@@ -286,6 +331,8 @@ def _resume_config(archive_path: str, run_id: str, overrides: dict, fixed: dict)
                 f"resume (start a new run instead)"
             )
     values = {**stored, **{k: v for k, v in overrides.items() if v is not None}}
+    if values.get("executor") == "local":  # back on this machine: the cluster is not needed
+        values["ray_address"] = None
     return DiscoverConfig.from_dict(values).resolved()
 
 
@@ -327,9 +374,12 @@ def run_discovery(
     from metarl.archives.queries import leaderboard, run_summary
     from metarl.archives.store import Archive
     from metarl.discovery.loop import DiscoveryLoop
+    from metarl.evaluation.executors import connect_ray
     from metarl.report.page import default_path, write_report
     from metarl.report.settings import ReportError
 
+    if config.executor == "ray":  # an unreachable cluster is one line before any archive
+        connect_ray(config.ray_address)
     archive = Archive(archive_path, must_exist=bool(resume))
     proposer = _build_proposer(config)
     if live is None:

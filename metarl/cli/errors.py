@@ -59,6 +59,7 @@ def _layer_error_codes() -> list[tuple[type[Exception], int]]:
     from metarl.blackbox.es import ESError
     from metarl.discovery.config import ConfigError
     from metarl.discovery.loop import LoopError
+    from metarl.evaluation.executors import ExecutorError
     from metarl.evaluation.sandbox import SandboxUnavailable
     from metarl.grpo.settings import GRPOSettingsError, ModelLoadError, TrainError
     from metarl.report.settings import ReportError
@@ -74,6 +75,7 @@ def _layer_error_codes() -> list[tuple[type[Exception], int]]:
         (ArchiveError, FAILURE),
         (LoopError, FAILURE),
         (SandboxUnavailable, FAILURE),
+        (ExecutorError, FAILURE),
         (GRPOSettingsError, USAGE),
         (ModelLoadError, FAILURE),
         (TrainError, FAILURE),

@@ -100,6 +100,15 @@ def train_proposer(
     unsafe_no_sandbox: bool = typer.Option(
         False, "--unsafe-no-sandbox", help="Score completions WITHOUT bubblewrap (untrusted code!)."
     ),
+    workers: Optional[int] = typer.Option(
+        None, "--workers", help="Evaluations at once (with --executor ray: Ray tasks per batch)."
+    ),
+    executor: Optional[str] = typer.Option(
+        None, "--executor", help="Where the reward's sandboxed workers run: local or ray."
+    ),
+    ray_address: Optional[str] = typer.Option(
+        None, "--ray-address", help="The Ray cluster: auto or HOST:PORT (with --executor ray)."
+    ),
     archive: str = archive_option(),
     verbose: bool = verbose_option(),
 ) -> None:
@@ -118,6 +127,8 @@ def train_proposer(
       metarl train-proposer --model ./my-checkpoint --source-run r3 --steps 50 -G 8
 
       metarl train-proposer --resume r7 --steps 40
+
+      metarl train-proposer --executor ray --ray-address 10.0.0.5:6379 --workers 4
     """
     log_to_stderr(verbose)
     chosen = {
@@ -146,6 +157,9 @@ def train_proposer(
         "steps": steps,
         "micro_batch": micro_batch,
         "unsafe_no_sandbox": unsafe_no_sandbox or None,
+        "workers": workers,
+        "executor": executor,
+        "ray_address": ray_address,
     }
     if max_time is not None:  # "none" lifts the limit: None is a value here
         budgets["max_time"] = parse_duration(max_time)

@@ -24,8 +24,10 @@ logger = logging.getLogger(__name__)
 SHOWN = {"child": ("id", "name", "operator"), "seed": ("id", "name"), "confirm": ()}
 
 
-def default_evaluator_factory(settings, workers: int) -> Evaluator:
-    return Evaluator(settings, workers=workers)
+def evaluator_factory(config: DiscoverConfig) -> Callable[[Any, int], Evaluator]:
+    """Evaluators whose workers run where the run's config says (records.executor_settings)."""
+    executor = records.executor_settings(config)
+    return lambda settings, workers: Evaluator(settings, workers=workers, executor=executor)
 
 
 class Batches:
@@ -45,7 +47,7 @@ class Batches:
     ):
         self.config = config
         self.task = task
-        self.factory = factory or default_evaluator_factory
+        self.factory = factory or evaluator_factory(config)
         self.check = check
         self.emit = emit
         self.evaluators: dict[str, Any] = {}

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from metarl.discovery.proposers import PROPOSERS
+from metarl.evaluation.executors import ExecutorSettings
 from metarl.evaluation.settings import CascadeSettings
 from metarl.rl.suites import UnknownSuite, get_suite
 from metarl.tasks import UnknownTask, get_task
@@ -53,6 +54,12 @@ class DiscoverConfig:
     max_cost: float | None = None  # USD of LLM calls; None: no limit
     # evaluation
     workers: int = 1
+    # where sandboxed workers run (evaluation/executors.py; never part of a score): "local"
+    # (this machine; `devices` pins one worker per accelerator) or "ray" (a cluster at
+    # `ray_address`); a resume may change all three
+    executor: str = "local"
+    ray_address: str | None = None
+    devices: list[str] = field(default_factory=list)
     seed: int = 0
     seeds: int | None = 2  # training seeds per evaluation; None: the suite's default
     timesteps: int | None = 100_000  # per-environment budget; None/0: the suite's own
@@ -99,6 +106,10 @@ class DiscoverConfig:
             raise ConfigError(
                 f"unknown proposer {self.proposer!r}; choose {' or '.join(PROPOSERS)}"
             )
+        try:
+            ExecutorSettings(self.executor, tuple(self.devices), self.ray_address)
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
         if self.mode not in ("population", "conversation"):
             raise ConfigError(f"unknown mode {self.mode!r}; choose population or conversation")
         if PROPOSERS[self.proposer].needs_models and not self.models:
@@ -127,7 +138,7 @@ class DiscoverConfig:
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise ConfigError(f"{name.replace('_', '-')} must be positive, got {value}")
-        out = dataclasses.replace(self, models=list(self.models))
+        out = dataclasses.replace(self, models=list(self.models), devices=list(self.devices))
         if not out.seeds:
             out.seeds = suite.default_seeds
         if not out.timesteps:

@@ -10,6 +10,7 @@ from metarl.archives.keys import eval_settings_key, suite_config_hash
 from metarl.discovery.config import DiscoverConfig
 from metarl.discovery.proposers.base import LLMCall, Proposal
 from metarl.discovery.state import Slot
+from metarl.evaluation.executors import ExecutorSettings, pinned_devices
 from metarl.evaluation.settings import CascadeSettings
 from metarl.tasks.candidate import source_hash
 
@@ -34,6 +35,13 @@ def cascade_settings(config: DiscoverConfig, purpose: str) -> CascadeSettings:
         # runs with different search seeds share cached evaluations
         probe_seed=0,
     )
+
+
+def executor_settings(config: DiscoverConfig) -> ExecutorSettings:
+    """Where the run's sandboxed workers run: the config's executor, with local workers pinned
+    one per GPU when there are several GPUs and several workers (`pinned_devices`)."""
+    devices = pinned_devices(config.devices, config.workers) if config.executor == "local" else ()
+    return ExecutorSettings(config.executor, devices, config.ray_address)
 
 
 @dataclass(frozen=True)

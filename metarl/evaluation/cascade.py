@@ -33,7 +33,9 @@ environment with a candidate index selecting the candidate (rl/training.py's Bat
 generation pays each environment's compile once. A candidate's numbers are the same in any
 batch (each is its own call of the program). A trainer that hangs, crashes or exceeds its memory
 takes its batch with it: the batch is split, the candidate that was running first, and each
-part retried in a fresh trainer with its own limit, until the culprit fails alone.
+part retried in a fresh trainer with its own limit, until the culprit fails alone. Where the
+executor (executors.py) has several slots (one per pinned GPU, or Ray tasks on a cluster), the
+survivors are split into that many shares, trained at once.
 
 Normalised score per environment = (R - R_random) / (R_baseline - R_random), where R is the mean
 over seeds of the final return, R_random the uniform random policy's return and R_baseline the
@@ -74,6 +76,7 @@ import numpy as np
 
 from metarl import platform
 from metarl.evaluation import baseline_cache
+from metarl.evaluation.executors import ExecutorSettings, make_executor
 from metarl.evaluation.outcome import (
     MalformedResult,
     Outcome,
@@ -81,12 +84,7 @@ from metarl.evaluation.outcome import (
     env_score,
     parse_outcome,
 )
-from metarl.evaluation.sandbox import (
-    WorkerPool,
-    WorkerResult,
-    check_bubblewrap,
-    limits_dict,
-)
+from metarl.evaluation.sandbox import WorkerResult, limits_dict
 from metarl.evaluation.settings import CascadeSettings, PlannedRun, Reference, plan_runs, validate
 from metarl.evaluation.static_check import check_task_source
 from metarl.evaluation.text import clean
@@ -121,31 +119,39 @@ def _resolve_task(task):
 
 
 class Evaluator:
-    """Owns pre-warmed sandbox workers and runs the cascade; `evaluate` is thread-safe.
+    """Runs the cascade on sandboxed workers started by an executor; `evaluate` is thread-safe.
 
-    `workers` is both the number of evaluations that may run at once and the number of
-    pre-warmed spare workers of each role kept ready (with `prewarm=False`, on demand).
+    `workers` is the number of worker jobs that may run at once and, on this machine, the
+    number of pre-warmed spare workers of each role kept ready (with `prewarm=False`, on
+    demand). `executor` says where workers run (executors.py): this machine, optionally one
+    device each, or a Ray cluster; a batch's training is split into the executor's `slots`
+    shares, trained at once (a candidate's numbers do not depend on its batch).
 
     Raises:
         SandboxUnavailable: when bubblewrap cannot run here and `unsafe_no_sandbox` is off.
+        ExecutorError: the ray executor without Ray or a reachable cluster.
     """
 
-    def __init__(self, settings: CascadeSettings, workers: int = 1, prewarm: bool = True):
+    def __init__(
+        self,
+        settings: CascadeSettings,
+        workers: int = 1,
+        prewarm: bool = True,
+        executor: ExecutorSettings | None = None,
+    ):
         validate(settings)
         if settings.unsafe_no_sandbox:
             logger.warning(
                 "unsafe_no_sandbox: candidate code runs WITHOUT bubblewrap; it can read this "
                 "machine's files and environment"
             )
-        else:
-            check_bubblewrap()
         self.settings = settings
-        self.workers = max(1, int(workers))
         self.platform = platform.backend()
+        self._executor = make_executor(
+            executor or ExecutorSettings(), settings.limits(), max(1, int(workers)), prewarm
+        )
+        self.workers = max(1, int(workers), self._executor.slots)
         self._slots = threading.BoundedSemaphore(self.workers)
-        spares = self.workers if prewarm else 0
-        self._tracers = WorkerPool(settings.limits(), spares=spares, role="tracer")
-        self._trainers = WorkerPool(settings.limits(), spares=spares, role="trainer")
         self._references: dict[tuple[str, str], Reference] = {}
         self._references_lock = threading.Lock()
 
@@ -157,8 +163,7 @@ class Evaluator:
         self.close()
 
     def close(self) -> None:
-        self._tracers.close()
-        self._trainers.close()
+        self._executor.close()
 
     # -- references (baselines, random returns) -------------------------------------------------
     def references(self, task) -> dict[str, Reference]:
@@ -196,7 +201,7 @@ class Evaluator:
         }
         limit = max(self.settings.timeout_s, 600.0) * len(keys)
         with self._slots:
-            run = self._trainers.acquire().run(job, limit)
+            run = self._executor.run("trainer", job, limit)
         payload = (run.result or {}).get("payload") if run.status == "ok" else None
         if not isinstance(payload, dict) or run.result.get("kind") != "baseline":
             detail = run.reason or (payload or {}).get("error")
@@ -295,8 +300,20 @@ class Evaluator:
                         "probes", f"internal evaluator error (baseline): {error}"
                     )
             else:
-                self._train(task_obj, ready, references, known_fingerprints or {}, announce)
+                self._train_shares(task_obj, ready, references, known_fingerprints or {}, announce)
         return [self._finish(candidate) for candidate in candidates]
+
+    def _train_shares(self, task, ready, references, known, announce) -> None:
+        """Train `ready` as the executor's `slots` contiguous shares at once (one per device or
+        Ray task); one share, today's single trainer job, when there is one slot."""
+        shares = min(self._executor.slots, len(ready))
+        if shares <= 1:
+            self._train(task, ready, references, known, announce)
+            return
+        size = -(-len(ready) // shares)
+        parts = [ready[start : start + size] for start in range(0, len(ready), size)]
+        with ThreadPoolExecutor(len(parts), thread_name_prefix="metarl-train") as pool:
+            list(pool.map(lambda part: self._train(task, part, references, known, announce), parts))
 
     def _check(self, candidate: "_Pending", task) -> None:
         """Stage 1, here: the static check of the source (never executes it)."""
@@ -313,7 +330,8 @@ class Evaluator:
             settings.probe_seed if settings.probe_seed is not None else secrets.randbelow(2**31)
         )
         with self._slots:
-            traced = self._tracers.acquire().run(
+            traced = self._executor.run(
+                "tracer",
                 {
                     "kind": "trace",
                     "task": task.name,
@@ -381,8 +399,8 @@ class Evaluator:
         job = {"kind": "sample", "task": task_obj.name, "source": source, "points": points}
         job.update(epsilon=epsilon, first_stage="sample")
         with self._slots:
-            run = self._tracers.acquire().run(
-                job, min(self.settings.trace_timeout_s, self.settings.timeout_s)
+            run = self._executor.run(
+                "tracer", job, min(self.settings.trace_timeout_s, self.settings.timeout_s)
             )
         value, slope = _read_samples(run, points * points)
         grid = drift_grid(points)
@@ -426,7 +444,7 @@ class Evaluator:
             ],
         }
         with self._slots:
-            run = self._trainers.acquire().run(job, limit, on_event)
+            run = self._executor.run("trainer", job, limit, on_event)
         for position, candidate in enumerate(batch):
             candidate.sandbox.update(
                 worker_pid=run.pid,

@@ -280,9 +280,23 @@ def _parse_message(line: bytes) -> dict | None:
 class WorkerProcess:
     """One disposable worker: spawned pre-warmed, runs one job, then killed with its group."""
 
-    def __init__(self, limits: SandboxLimits, python: str | None = None, role: str = "trainer"):
+    def __init__(
+        self,
+        limits: SandboxLimits,
+        python: str | None = None,
+        role: str = "trainer",
+        device: str | None = None,
+    ):
+        """Args:
+        limits: the worker's limits.
+        python: the interpreter (default: this one).
+        role: "tracer" (runs candidate Python) or "trainer" (never does).
+        device: the only accelerator the worker may see (its CUDA_VISIBLE_DEVICES); None:
+            whatever this process sees.
+        """
         self.limits = limits
         self.role = role
+        self.device = device
         # the parent's own directory for this worker: its captured output, never visible inside
         self.tmpdir = tempfile.mkdtemp(prefix="metarl-sandbox-")
         self.read_fd, write_fd = os.pipe()
@@ -322,11 +336,15 @@ class WorkerProcess:
             environment = scrubbed_environment(self.tmpdir)
             if cache:
                 environment[CACHE_ENVVAR] = cache
+            if device is not None:
+                environment["CUDA_VISIBLE_DEVICES"] = device
         else:
             self.isolation = "bubblewrap"
             inside = scrubbed_environment(SANDBOX_HOME)
             if cache:
                 inside[CACHE_ENVVAR] = SANDBOX_CACHE
+            if device is not None:
+                inside["CUDA_VISIBLE_DEVICES"] = device
             writable = {cache: SANDBOX_CACHE} if cache else None
             prefix = bubblewrap_command(inside, limits.tmpfs_mb, writable)
             command = prefix + command + ["--sandboxed"]
@@ -639,16 +657,20 @@ class WorkerPool:
         spares: int = 1,
         python: str | None = None,
         role: str = "trainer",
+        device: str | None = None,
     ):
         self.limits = limits
         self.role = role
+        self.device = device  # every worker of this pool sees only this accelerator
         self.spares = max(0, int(spares))
         self.python = python
         self._lock = threading.Lock()
         self._idle: list[WorkerProcess] = []
         self._closed = False
         self._live: "weakref.WeakSet[WorkerProcess]" = weakref.WeakSet()
-        self._spawner = ThreadPoolExecutor(1, thread_name_prefix=f"metarl-{role}-spawner")
+        self._spawner = ThreadPoolExecutor(
+            1, thread_name_prefix=f"metarl-{role}-{device or 'any'}-spawner"
+        )
         reference = weakref.ref(self)
 
         def close_at_exit() -> None:
@@ -662,7 +684,9 @@ class WorkerPool:
             self._top_up()
 
     def _spawn(self) -> WorkerProcess:
-        worker = self._spawner.submit(WorkerProcess, self.limits, self.python, self.role).result()
+        worker = self._spawner.submit(
+            WorkerProcess, self.limits, self.python, self.role, self.device
+        ).result()
         self._live.add(worker)
         return worker
 

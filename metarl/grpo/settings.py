@@ -16,13 +16,25 @@ import hashlib
 import json
 from dataclasses import dataclass
 
+from metarl.evaluation.executors import ExecutorSettings
 from metarl.evaluation.settings import CascadeSettings, SandboxLimits
 from metarl.rl.suites import UnknownSuite, get_suite
 from metarl.tasks import task_names
 
 VLLM_MODES = ("colocate", "server")
 # options a resume may change: budgets and limits, never what defines the training
-BUDGETS = ("steps", "micro_batch", "max_time", "timeout", "memory_mb", "unsafe_no_sandbox")
+BUDGETS = (
+    "steps",
+    "micro_batch",
+    "max_time",
+    "timeout",
+    "memory_mb",
+    "unsafe_no_sandbox",
+    # where the reward's sandboxed workers run: never part of a score, so a resume may move
+    "workers",
+    "executor",
+    "ray_address",
+)
 
 
 class GRPOSettingsError(ValueError):
@@ -77,6 +89,16 @@ class GRPOSettings:
     timeout: float = SandboxLimits.timeout_s
     memory_mb: int = SandboxLimits.memory_mb
     unsafe_no_sandbox: bool = False
+    # where the reward's sandboxed workers run (evaluation/executors.py): "local" or "ray" (a
+    # cluster at `ray_address`); `workers`: evaluations at once, the shares a step's batch of
+    # completions is trained in on Ray
+    workers: int = 1
+    executor: str = "local"
+    ray_address: str | None = None
+
+    def executor_settings(self) -> ExecutorSettings:
+        """Where the reward's workers run."""
+        return ExecutorSettings(self.executor, (), self.ray_address)
 
     def resolved(self) -> "GRPOSettings":
         """Checked, with `timesteps` 0 meaning the suite's own budget.
@@ -85,6 +107,8 @@ class GRPOSettings:
             GRPOSettingsError: an option no run can use.
         """
         settings = dataclasses.replace(self, timesteps=self.timesteps or None)
+        if settings.executor == "local":  # resumed on this machine: no cluster address
+            settings.ray_address = None
         if settings.task not in task_names():
             raise GRPOSettingsError(
                 f"unknown task {settings.task!r}; choose one of: {', '.join(task_names())}"
@@ -112,10 +136,15 @@ class GRPOSettings:
             (settings.heldout_prompts >= 0, "--heldout-prompts must be >= 0"),
             (settings.train_seeds >= 1, "--train-seeds must be at least 1"),
             (settings.vllm_mode in VLLM_MODES, f"--vllm-mode must be one of {VLLM_MODES}"),
+            (settings.workers >= 1, "--workers must be at least 1"),
         ]
         for ok, message in checks:
             if not ok:
                 raise GRPOSettingsError(message)
+        try:
+            settings.executor_settings()
+        except ValueError as error:
+            raise GRPOSettingsError(str(error)) from None
         return settings
 
     def cascade_settings(self) -> CascadeSettings:

@@ -309,7 +309,11 @@ class ProposerTraining:
             plan = self._plan()
             self.emit("status", f"loading {self.settings.model}")
             network, tokenizer = load_proposer(self._start_model())
-            evaluator = self.evaluator_factory(self.cascade)
+            evaluator = self.evaluator_factory(
+                self.cascade,
+                workers=self.settings.workers,
+                executor=self.settings.executor_settings(),
+            )
             reward = CascadeReward(
                 evaluator,
                 self.task,
@@ -591,7 +595,11 @@ def evaluate_proposers(
     plan = prompt_plan.PromptPlan.from_dict(state.prompts)
     rows = prompt_plan.prompt_rows(archive, training.task, plan.heldout)
     scores = []
-    evaluator = evaluator_factory(training.cascade)
+    evaluator = evaluator_factory(
+        training.cascade,
+        workers=training.settings.workers,
+        executor=training.settings.executor_settings(),
+    )
     try:
         reward = CascadeReward(
             evaluator,

@@ -1,0 +1,306 @@
+"""The executors: local workers pinned one per device, and a Ray cluster on 127.0.0.1.
+
+Fast: a batch trained as two shares on two pinned local "devices" scores exactly as one trainer
+job does; each pinned worker sees only its device; a batch sent through a private Ray instance
+scores exactly as the local executor; a bad executor option is one line.
+
+Slow (`-m slow`): a real Ray cluster started with `ray start --head` on a fixed port (two CPUs,
+so two Ray worker processes), `metarl discover --executor ray` through it archiving the same
+programs and numbers as a local run, and a Ray worker killed (SIGKILL) while it carries a
+trainer: Ray re-runs the task, the run completes, every candidate is archived once, with the
+local run's numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from conftest import TINY_DISCOVER, invoke, metarl_cli
+
+from metarl.evaluation.cascade import Evaluator
+from metarl.evaluation.executors import ExecutorSettings, pinned_devices
+from metarl.evaluation.sandbox import WorkerProcess
+from metarl.evaluation.settings import CascadeSettings
+from metarl.tasks import get_task
+
+ray = pytest.importorskip(
+    "ray", reason='the ray extra is not installed (pip install "metarl[ray]")'
+)
+
+SETTINGS = CascadeSettings(
+    suite="smoke", seeds=1, total_timesteps=4096, heldout=False, skip_short=True, probe_seed=0
+)
+PORT = 6391  # the test cluster's head (GCS) port
+
+
+def batch() -> list[str]:
+    """Two distinct programs: the LPO seed, and one with another constant."""
+    lpo = get_task("drift").seed_program("lpo").source
+    return [lpo.replace("alpha = 2.0", f"alpha = {alpha}") for alpha in ("1.5", "2.0")]
+
+
+def scores(outcomes) -> list:
+    return [(o.passed, o.stage, o.fitness, [e.returns for e in o.env_scores]) for o in outcomes]
+
+
+@pytest.fixture(scope="module")
+def local_scores(metarl_cache):
+    with Evaluator(SETTINGS, workers=1) as evaluator:
+        return scores(evaluator.evaluate_batch(batch(), "drift"))
+
+
+def test_a_batch_split_over_two_pinned_devices_scores_as_one_trainer_job(local_scores):
+    executor = ExecutorSettings(devices=("0", "1"))
+    with Evaluator(SETTINGS, workers=1, executor=executor) as evaluator:
+        outcomes = evaluator.evaluate_batch(batch(), "drift")
+    assert scores(outcomes) == local_scores
+    # two trainer jobs at once, one candidate each, in two different workers
+    assert [o.sandbox["batch"]["size"] for o in outcomes] == [1, 1]
+    assert outcomes[0].sandbox["worker_pid"] != outcomes[1].sandbox["worker_pid"]
+
+
+def test_a_pinned_worker_sees_only_its_device(metarl_cache):
+    worker = WorkerProcess(SETTINGS.limits(), role="tracer", device="3")
+    try:
+        assert worker.wait_ready()
+        python = [
+            p
+            for p in psutil.Process(worker.pid).children(recursive=True)
+            if p.name() != "bwrap" and "metarl.evaluation.worker" in " ".join(p.cmdline())
+        ]
+        assert python and python[0].environ().get("CUDA_VISIBLE_DEVICES") == "3"
+    finally:
+        worker.kill()
+
+
+def test_workers_are_pinned_to_gpus_only_when_there_are_several(monkeypatch):
+    assert pinned_devices(["2", "5"], workers=1) == ("2", "5")  # given: always used
+    monkeypatch.setattr("metarl.platform.visible_gpus", lambda: [])
+    assert pinned_devices([], workers=4) == ()  # a CPU: today's single pool
+    monkeypatch.setattr("metarl.platform.visible_gpus", lambda: ["0", "1", "2"])
+    assert pinned_devices([], workers=2) == ("0", "1")
+    assert pinned_devices([], workers=1) == ()
+
+
+def test_bad_executor_options_are_one_line(tmp_path, restore_logging):
+    db = str(tmp_path / "a.db")
+    both = invoke("discover", "--executor", "ray", "--devices", "0,1", "--archive", db)
+    assert both.exit_code == 2 and "devices pin local workers" in both.output
+    address = invoke("discover", "--ray-address", "10.0.0.1:6379", "--archive", db)
+    assert address.exit_code == 2 and "needs the ray executor" in address.output
+    nobody = invoke(
+        "discover", "--executor", "ray", "--ray-address", "127.0.0.1:9", "--archive", db
+    )
+    assert nobody.exit_code == 1 and "no Ray cluster answers at 127.0.0.1:9" in nobody.output
+    assert not os.path.exists(db)
+
+
+@pytest.fixture(scope="module")
+def ray_token(tmp_path_factory):
+    """Token authentication for every Ray process the tests start (Ray 2.59+ turns it on for
+    local clusters by default and would otherwise write a token into ~/.ray): the mode and a
+    token file of the test's own, in the environment of the drivers and of `ray start`."""
+    path = tmp_path_factory.mktemp("ray-auth") / "token"
+    path.write_text(secrets.token_hex(32))
+    saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH")}
+    os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(path))
+    yield path
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+THROUGH_RAY = """
+import json, sys
+from metarl.evaluation.cascade import Evaluator
+from metarl.evaluation.executors import ExecutorSettings
+sys.path.insert(0, sys.argv[1])
+from test_ray import SETTINGS, batch, scores
+executor = ExecutorSettings(kind="ray", ray_address="local")
+with Evaluator(SETTINGS, workers=2, executor=executor) as evaluator:
+    outcomes = evaluator.evaluate_batch(batch(), "drift")
+shares = [o.sandbox["batch"]["size"] for o in outcomes]
+print(json.dumps({"scores": scores(outcomes), "shares": shares}))
+"""
+
+
+def test_a_batch_through_ray_scores_as_the_local_executor(local_scores, ray_token):
+    """A private Ray instance, in a driver process of its own (Ray reads its settings, the
+    token's among them, when it is imported)."""
+    result = subprocess.run(
+        [sys.executable, "-c", THROUGH_RAY, str(Path(__file__).parent)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=os.environ,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    data = json.loads(result.stdout.strip().splitlines()[-1])
+    assert data["scores"] == json.loads(json.dumps(local_scores))  # the same, bit for bit
+    assert data["shares"] == [1, 1]
+
+
+# -- a real cluster --------------------------------------------------------------------------
+
+
+def ray_cli(*args: str) -> subprocess.CompletedProcess:
+    command = [str(Path(sys.executable).with_name("ray")), *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def cluster(ray_token):
+    """`ray start --head` on 127.0.0.1:PORT with two CPUs (two Ray worker processes)."""
+    started = ray_cli(
+        "start",
+        "--head",
+        "--node-ip-address",
+        "127.0.0.1",
+        "--port",
+        str(PORT),
+        "--num-cpus",
+        "2",
+        "--num-gpus",
+        "0",
+        "--include-dashboard",
+        "false",
+        "--disable-usage-stats",
+    )
+    assert started.returncode == 0, started.stdout + started.stderr
+    yield f"127.0.0.1:{PORT}"
+    ray_cli("stop", "--force")
+
+
+def archived(db: Path) -> list[tuple]:
+    with sqlite3.connect(db) as conn:
+        return conn.execute(
+            "SELECT id, seq, hash, status, stage, fitness FROM candidates ORDER BY seq"
+        ).fetchall()
+
+
+@pytest.fixture(scope="module")
+def local_run(seeded_archive_template, tmp_path_factory):
+    db = tmp_path_factory.mktemp("local") / "metarl.db"
+    shutil.copy(seeded_archive_template, db)
+    result = metarl_cli("discover", *TINY_DISCOVER, "--budget", "4", "--archive", str(db))
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    return archived(db)
+
+
+@pytest.mark.slow
+def test_discover_through_a_ray_cluster_archives_the_local_runs_numbers(
+    cluster, local_run, seeded_archive_template, tmp_path
+):
+    db = tmp_path / "metarl.db"
+    shutil.copy(seeded_archive_template, db)
+    ray_options = ["--executor", "ray", "--ray-address", cluster, "--workers", "2"]
+    result = metarl_cli(
+        "discover", *TINY_DISCOVER, "--budget", "4", *ray_options, "--archive", str(db)
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert archived(db) == local_run
+
+
+def _trainer_carriers() -> list[psutil.Process]:
+    """Ray worker processes carrying a task whose sandboxed trainer is busy (training, not a
+    pre-warmed spare waiting for its job) right now."""
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        try:
+            if "ray::carry" not in " ".join(process.info["cmdline"] or []):
+                continue
+            trainers = [
+                child
+                for child in process.children(recursive=True)
+                if child.name() != "bwrap" and "--role trainer" in " ".join(child.cmdline())
+            ]
+            if any(trainer.cpu_percent(interval=0.5) > 80 for trainer in trainers):
+                found.append(process)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
+@pytest.mark.slow
+def test_a_ray_worker_killed_mid_batch_is_retried_and_nothing_is_archived_twice(
+    cluster, local_run, seeded_archive_template, tmp_path
+):
+    db = tmp_path / "metarl.db"
+    shutil.copy(seeded_archive_template, db)
+    command = [
+        sys.executable,
+        "-c",
+        "from metarl.cli.app import main; main()",
+        "discover",
+        *TINY_DISCOVER,
+        *("--budget", "4", "--executor", "ray", "--ray-address", cluster, "--workers", "2"),
+        *("--archive", str(db)),
+    ]
+    run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    killed = None
+    deadline = time.monotonic() + 300
+    while killed is None and run.poll() is None and time.monotonic() < deadline:
+        carriers = _trainer_carriers()
+        if carriers:
+            time.sleep(1.0)  # mid-batch: the trainer has started training
+            killed = carriers[0].pid
+            os.kill(killed, signal.SIGKILL)
+        time.sleep(0.2)
+    stdout, stderr = run.communicate(timeout=600)
+    assert killed is not None, "no Ray worker carried a trainer while the run lasted"
+    assert run.returncode == 0, stdout[-2000:] + stderr[-2000:]
+    rows = archived(db)
+    assert len({row[0] for row in rows}) == len(rows) == len(local_run)  # each once
+    assert rows == local_run  # the re-run task gave the same numbers
+
+
+@pytest.mark.slow
+def test_a_killed_driver_resumes_and_reconnects_to_the_cluster(
+    cluster, seeded_archive_template, tmp_path
+):
+    db = tmp_path / "metarl.db"
+    shutil.copy(seeded_archive_template, db)
+    command = [
+        sys.executable,
+        "-c",
+        "from metarl.cli.app import main; main()",
+        "discover",
+        *TINY_DISCOVER,
+        *("--budget", "4", "--children", "2", "--executor", "ray", "--ray-address", cluster),
+        *("--archive", str(db)),
+    ]
+    driver = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    children = 0
+    while children < 1 and driver.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+        with sqlite3.connect(db) as conn:
+            children = conn.execute(
+                "SELECT count(*) FROM candidates WHERE run_id = 'r2' AND is_seed = 0"
+            ).fetchone()[0]
+    assert driver.poll() is None, "the run ended before it could be killed"
+    driver.kill()  # SIGKILL: no clean-up, the run stays 'running' in the archive
+    driver.wait()
+    resumed = metarl_cli("resume", "r2", "--archive", str(db))
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    rows = [row for row in archived(db) if row[0].startswith("r2-")]
+    with sqlite3.connect(db) as conn:
+        status = conn.execute("SELECT status FROM runs WHERE id = 'r2'").fetchone()[0]
+        children = conn.execute(
+            "SELECT count(*) FROM candidates WHERE run_id = 'r2' AND is_seed = 0"
+        ).fetchone()[0]
+    assert status == "finished" and children == 4
+    assert len({row[0] for row in rows}) == len(rows)  # nothing archived twice

@@ -69,10 +69,7 @@ def discover(
     ),
     archive: str = archive_option(),
     workers: Optional[int] = typer.Option(
-        None,
-        "--workers",
-        help="Concurrent evaluations; with several GPUs, one worker pinned to each of the first "
-        "N; with --executor ray, the Ray tasks a batch is split into.",
+        None, "--workers", help="Concurrent evaluations (one per GPU, or Ray tasks per batch)."
     ),
     executor: Optional[str] = typer.Option(
         None, "--executor", help="Where sandboxed workers run: local (this machine) or ray."

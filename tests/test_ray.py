@@ -38,26 +38,43 @@ ray = pytest.importorskip(
     "ray", reason='the ray extra is not installed (pip install "metarl[ray]")'
 )
 
+# the seed programs' setting in the session's seeded archive (TINY_DISCOVER's seeds): its rows
+# are the local executor's numbers for the two seed programs, already paid for
 SETTINGS = CascadeSettings(
-    suite="smoke", seeds=1, total_timesteps=4096, heldout=False, skip_short=True, probe_seed=0
+    suite="smoke", seeds=1, total_timesteps=8192, heldout=True, skip_short=True, probe_seed=0
 )
+SEEDS = ("lpo", "ppo_clip")
 PORT = 6391  # the test cluster's head (GCS) port
 
 
 def batch() -> list[str]:
-    """Two distinct programs: the LPO seed, and one with another constant."""
-    lpo = get_task("drift").seed_program("lpo").source
-    return [lpo.replace("alpha = 2.0", f"alpha = {alpha}") for alpha in ("1.5", "2.0")]
+    """Two distinct programs: the drift task's seed programs."""
+    return [get_task("drift").seed_program(name).source for name in SEEDS]
 
 
 def scores(outcomes) -> list:
-    return [(o.passed, o.stage, o.fitness, [e.returns for e in o.env_scores]) for o in outcomes]
+    """What must not depend on where a program was trained: fate, fitness, returns per env."""
+    return [(o.passed, o.fitness, [e.returns for e in o.env_scores]) for o in outcomes]
 
 
 @pytest.fixture(scope="module")
-def local_scores(metarl_cache):
-    with Evaluator(SETTINGS, workers=1) as evaluator:
-        return scores(evaluator.evaluate_batch(batch(), "drift"))
+def local_scores(seeded_archive_template):
+    """The seed programs' scores as the local executor archived them (the seeded archive)."""
+    with sqlite3.connect(seeded_archive_template) as conn:
+        out = []
+        for name in SEEDS:
+            cid, status, fitness = conn.execute(
+                "SELECT id, status, fitness FROM candidates WHERE name = ? AND is_seed = 1",
+                (name,),
+            ).fetchone()
+            returns = [
+                json.loads(r)
+                for (r,) in conn.execute(
+                    "SELECT returns FROM evaluations WHERE candidate_id = ? ORDER BY id", (cid,)
+                )
+            ]
+            out.append((status == "passed", fitness, returns))
+    return out
 
 
 def test_a_batch_split_over_two_pinned_devices_scores_as_one_trainer_job(local_scores):
@@ -214,6 +231,19 @@ def test_discover_through_a_ray_cluster_archives_the_local_runs_numbers(
     assert archived(db) == local_run
 
 
+def discover_through(cluster: str, db: Path, *options: str) -> list[str]:
+    """The command line of a 4-child tiny discover run on `cluster`, into `db`."""
+    return [
+        sys.executable,
+        "-c",
+        "from metarl.cli.app import main; main()",
+        "discover",
+        *TINY_DISCOVER,
+        *("--budget", "4", "--executor", "ray", "--ray-address", cluster, *options),
+        *("--archive", str(db)),
+    ]
+
+
 def _trainer_carriers() -> list[psutil.Process]:
     """Ray worker processes carrying a task whose sandboxed trainer is busy (training, not a
     pre-warmed spare waiting for its job) right now."""
@@ -240,15 +270,7 @@ def test_a_ray_worker_killed_mid_batch_is_retried_and_nothing_is_archived_twice(
 ):
     db = tmp_path / "metarl.db"
     shutil.copy(seeded_archive_template, db)
-    command = [
-        sys.executable,
-        "-c",
-        "from metarl.cli.app import main; main()",
-        "discover",
-        *TINY_DISCOVER,
-        *("--budget", "4", "--executor", "ray", "--ray-address", cluster, "--workers", "2"),
-        *("--archive", str(db)),
-    ]
+    command = discover_through(cluster, db, "--workers", "2")
     run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     killed = None
     deadline = time.monotonic() + 300
@@ -273,15 +295,7 @@ def test_a_killed_driver_resumes_and_reconnects_to_the_cluster(
 ):
     db = tmp_path / "metarl.db"
     shutil.copy(seeded_archive_template, db)
-    command = [
-        sys.executable,
-        "-c",
-        "from metarl.cli.app import main; main()",
-        "discover",
-        *TINY_DISCOVER,
-        *("--budget", "4", "--children", "2", "--executor", "ray", "--ray-address", cluster),
-        *("--archive", str(db)),
-    ]
+    command = discover_through(cluster, db, "--children", "2")
     driver = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 300
     children = 0

@@ -75,6 +75,7 @@ def test_discover_with_report_writes_the_page_and_prints_its_path(runs):
     folder, _, stdout = runs
     assert f"report: {(folder / 'report-r2.html').resolve()}" in stdout
     text = (folder / "report-r2.html").read_text()
+    assert (folder / "report-r2.html").stat().st_mode & 0o044  # readable by others: to share
     # self-contained: plotly.js is inside, nothing is fetched from anywhere
     assert "Plotly" in text and not re.search(r'<script[^>]+src=|<link[^>]+href="http', text)
 

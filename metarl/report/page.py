@@ -229,6 +229,7 @@ def _write_atomically(out: Path, text: str) -> None:
         handle, temporary = tempfile.mkstemp(prefix=".report-", suffix=".html", dir=folder)
         with os.fdopen(handle, "w", encoding="utf-8") as stream:
             stream.write(text)
+        os.chmod(temporary, 0o644)  # mkstemp's file is private; a report is for sharing
         os.replace(temporary, out)
     except OSError as error:
         if temporary is not None and os.path.exists(temporary):

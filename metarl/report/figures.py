@@ -291,6 +291,16 @@ def llm_usage(usage: list[ModelUsage]) -> go.Figure:
                 row=1,
                 col=3,
             )
+    if all(model.cost_usd is None for model in usage):
+        left, right = fig.layout.xaxis3.domain  # the cost panel, which has no trace
+        fig.add_annotation(
+            text="no call had a known price:<br>cost unknown (not zero)",
+            xref="paper",
+            yref="paper",
+            x=(left + right) / 2,
+            y=0.5,
+            showarrow=False,
+        )
     fig.update_xaxes(title_text="minutes since the run started")
     return _layout(fig, "LLM calls per model", height=400)
 

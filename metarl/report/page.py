@@ -9,6 +9,7 @@ table is the archive's, and every plot is drawn from the same data. Each section
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 from dataclasses import dataclass
@@ -113,14 +114,12 @@ def _sampled_usage(usage, limit: int):
     if len(usage.minutes) <= limit:
         return usage
     stride = -(-len(usage.minutes) // limit)
-    return type(usage)(
-        **{
-            **usage.__dict__,
-            "minutes": usage.minutes[::stride],
-            "tokens": usage.tokens[::stride],
-            "latency_s": usage.latency_s[::stride],
-            "cumulative_cost": usage.cumulative_cost[::stride],
-        }
+    return dataclasses.replace(
+        usage,
+        minutes=usage.minutes[::stride],
+        tokens=usage.tokens[::stride],
+        latency_s=usage.latency_s[::stride],
+        cumulative_cost=usage.cumulative_cost[::stride],
     )
 
 

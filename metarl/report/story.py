@@ -270,8 +270,9 @@ def funnel_of(points: list[Point], reasons: int) -> Funnel:
 
 
 def _first_line(reason: str | None, limit: int = 160) -> str:
-    line = (reason or "no reason recorded").strip().splitlines()[0] if reason else ""
-    line = line or "no reason recorded"
+    """A reason's first line, at most `limit` characters; a blank reason says so."""
+    lines = (reason or "").strip().splitlines()
+    line = lines[0] if lines else "no reason recorded"
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 

@@ -4,6 +4,11 @@ shows them on stderr.
 
     metarl.db                     the archive
     metarl-logs/r3.log            run r3's log (appended to on resume)
+
+Records quote candidate and model text and the run's options (a URL with credentials): every
+handler installed here formats them through one scrubber, which the command line sets to
+`metarl.evaluation.text.printable` (escapes made visible, credentials redacted) before any
+command runs (`scrub_records_with`; this module sits below that layer, so it cannot import it).
 """
 
 from __future__ import annotations
@@ -12,10 +17,29 @@ import logging
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 ROOT = "metarl"
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+_scrub: Callable[[str], str] = str
+
+
+def scrub_records_with(scrub: Callable[[str], str]) -> None:
+    """Make every handler of this module pass its formatted records through `scrub`.
+
+    Args:
+        scrub: text -> the text safe for a terminal and a log file.
+    """
+    global _scrub
+    _scrub = scrub
+
+
+class ScrubbingFormatter(logging.Formatter):
+    """A formatter whose whole output (message and traceback) goes through the scrubber."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return _scrub(super().format(record))
 
 
 def run_log_path(archive_path: str | Path, run_id: str) -> Path:
@@ -38,7 +62,7 @@ def log_to_file(path: str | Path, level: int = logging.INFO) -> Iterator[Path]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     handler = logging.FileHandler(path, encoding="utf-8")
-    handler.setFormatter(logging.Formatter(FORMAT))
+    handler.setFormatter(ScrubbingFormatter(FORMAT))
     handler.setLevel(level)
     logger = logging.getLogger(ROOT)
     previous = logger.level
@@ -64,7 +88,7 @@ def log_to_stderr(verbose: bool) -> None:
             logger.removeHandler(handler)
     handler = logging.StreamHandler(sys.stderr)
     handler._metarl_stderr = True  # type: ignore[attr-defined]
-    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(ScrubbingFormatter("%(levelname)s %(name)s: %(message)s"))
     handler.setLevel(logging.INFO if verbose else logging.WARNING)
     logger.addHandler(handler)
     if verbose and (logger.level == logging.NOTSET or logger.level > logging.INFO):

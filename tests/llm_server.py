@@ -9,7 +9,8 @@ Each POST to /v1/chat/completions takes the next entry of the script (or asks `r
   `delay_s` (sleep before answering, e.g. past the client's timeout), `text`, `finish_reason`,
   `usage` (token counts), `empty` (a choice with content ""), `raw` (bytes sent as the body).
 
-Every request's JSON body is kept in `server.requests`, so a test can check what was sent.
+Every request's JSON body is kept in `server.requests`, and its Authorization header (or None)
+in `server.authorizations`, so a test can check what was sent.
 When the script runs out, `default` is answered (a clean JSON reply unless told otherwise).
 """
 
@@ -60,6 +61,7 @@ class ScriptedLLMServer:
         self.responder = responder
         self.default = default
         self.requests: list[dict] = []
+        self.authorizations: list[str | None] = []
         self.in_flight = 0
         self.max_in_flight = 0  # the most requests answered at once
         self._lock = threading.Lock()
@@ -96,6 +98,7 @@ class ScriptedLLMServer:
                 if not self.path.rstrip("/").endswith("/chat/completions"):
                     self._send(404, b'{"error": {"message": "not found"}}')
                     return
+                server.authorizations.append(self.headers.get("Authorization"))
                 reply = server._next(payload)
                 with server._lock:
                     server.in_flight += 1

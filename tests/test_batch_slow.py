@@ -21,7 +21,12 @@ def drift(ratio, advantage, epsilon):
 def test_a_candidate_scores_the_same_alone_and_in_a_batch_at_the_demo_budget():
     lpo = get_task("drift").seed_program("lpo").source
     settings = CascadeSettings(
-        suite="classic", seeds=2, total_timesteps=100_000, heldout=False, probe_seed=0
+        suite="classic",
+        seeds=2,
+        seed_values=[0, 1],
+        total_timesteps=100_000,
+        heldout=False,
+        probe_seed=0,
     )
     with Evaluator(settings, workers=1) as evaluator:
         alone = evaluator.evaluate(lpo, "drift")

@@ -31,7 +31,13 @@ CORPUS = Path(__file__).parent / "bad_candidates"
 # 4500 steps is not a whole number of updates (4 envs x 128 steps): the trainer runs 8 updates,
 # 4096 steps, and the parent's check of the returned runs must expect exactly that.
 BASE = dict(
-    suite="smoke", seeds=1, total_timesteps=4500, short_timesteps=4096, timeout_s=60, probe_seed=0
+    suite="smoke",
+    seeds=1,
+    seed_values=[0],
+    total_timesteps=4500,
+    short_timesteps=4096,
+    timeout_s=60,
+    probe_seed=0,
 )
 MARKERS = "/tmp/metarl-bad-candidate-was-here*"
 
@@ -218,7 +224,12 @@ def test_workers_write_only_cache_entries_outside_their_temp_dir(cache_dir, corp
 @pytest.mark.slow
 def test_classic_suite_scores_held_out_envs_separately():
     settings = CascadeSettings(
-        suite="classic", seeds=1, total_timesteps=4096, short_timesteps=4096, timeout_s=600
+        suite="classic",
+        seeds=1,
+        seed_values=[0],
+        total_timesteps=4096,
+        short_timesteps=4096,
+        timeout_s=600,
     )
     outcome = evaluate_source(get_task("drift").seed_program("lpo").source, "drift", settings)
     assert outcome.passed, outcome.reason

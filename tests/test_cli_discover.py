@@ -181,7 +181,7 @@ def test_every_command_is_a_module_level_function():
 
 
 def test_discover_help_shows_the_config_defaults():
-    from metarl.cli.display import fmt_duration
+    from metarl.cli.formats import fmt_duration
     from metarl.discovery.config import DiscoverConfig
 
     assert [fmt_duration(s) for s in (540.0, 3600.0, 90.0, None)] == ["9m", "1h", "90s", "none"]

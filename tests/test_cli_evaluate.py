@@ -16,6 +16,8 @@ TINY = [
     "smoke",
     "--seeds",
     "1",
+    "--seed-values",
+    "0",
     "--timesteps",
     "4096",
     "--short-timesteps",

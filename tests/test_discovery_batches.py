@@ -38,7 +38,9 @@ class FakeEvaluator:
         self.children_win = children_win
         self.closed = False
 
-    def evaluate_batch(self, sources, task, known_fingerprints=None, progress=None):
+    def evaluate_batch(
+        self, sources, task, known_fingerprints=None, progress=None, exclude_seeds=()
+    ):
         self.batches.append(list(sources))
         if self.fail_at == len(self.batches):
             raise self.error
@@ -56,7 +58,15 @@ class FakeEvaluator:
 
 
 def config(**changes) -> DiscoverConfig:
-    base = dict(suite="smoke", timesteps=8192, seeds=1, max_time=None, islands=1, confirm=False)
+    base = dict(
+        suite="smoke",
+        timesteps=8192,
+        seeds=1,
+        seed_values=[0],
+        max_time=None,
+        islands=1,
+        confirm=False,
+    )
     return DiscoverConfig(**{**base, **changes})
 
 
@@ -101,7 +111,8 @@ def test_evaluator_fault_fails_every_child_of_the_batch(tmp_path):
     rows = children(tmp_path / "a.db")
     evaluated = [r for r in rows if r[2] != "duplicate" and r[1] is not None]
     assert evaluated and all(
-        r[2] == "failed" and r[3] == "the evaluator failed: RuntimeError: workers died"
+        r[2] == "fault"
+        and r[3] == "internal evaluator error: the evaluator failed: RuntimeError: workers died"
         for r in evaluated
     )
 
@@ -173,6 +184,7 @@ def test_state_keeps_the_stored_format():
         "cost_usd": 0.5,
         "proposer": {"rng": [1, 2]},
         "seed_ids": ["r1-0", "r1-1"],
+        "seed_pool": [1822, 77, 90311, 5],
     }
     state = RunState.restore(json.loads(json.dumps(stored)))
     assert state.plan.slots[0].proposal.calls[0].cost_usd == 0.5

@@ -26,7 +26,9 @@ from metarl.rl.components import ppo_clip_drift
 from metarl.rl.lpo import drift_grid, init_params, lpo_drift, sample_drift
 from metarl.tasks import get_task
 
-BASE = dict(suite="smoke", seeds=1, total_timesteps=4500, timeout_s=60, probe_seed=0)
+BASE = dict(
+    suite="smoke", seeds=1, seed_values=[0], total_timesteps=4500, timeout_s=60, probe_seed=0
+)
 NAN_DRIFT = (
     "def drift(ratio, advantage, epsilon):\n"
     "    clipped = jnp.clip(ratio, 1.0 - epsilon, 1.0 + epsilon)\n"
@@ -99,7 +101,7 @@ def test_an_endless_loop_is_stopped_by_the_tracer_time_limit(metarl_cache):
         ({"ok": True, "value": [0.0] * 3 + [None], "slope": [0.0] * 4}, "sample", "not 4 floats"),
         ({"ok": 1, "value": [0.0] * 4, "slope": [0.0] * 4}, "sample", "malformed result"),
         ({"ok": True, "value": [0.0] * 4, "slope": [0.0] * 4}, "trace", "malformed result"),
-        ({"ok": False, "reason": "bad\n\x1b[32mPASSED"}, "sample", "bad PASSED"),
+        ({"ok": False, "reason": "bad\n\x1b[32mPASSED"}, "sample", "bad \\x1b[32mPASSED"),
         ({"error": "ValueError: x"}, "error", "broke its tracer: ValueError: x"),
     ],
 )

@@ -34,6 +34,7 @@ CONFIG = ESConfig(
     timesteps=TIMESTEPS,
     export_every=3,
     train_seeds=2,
+    seed_values=[0, 1],
 )
 
 

@@ -100,7 +100,9 @@ def test_known_programs_hold_the_sources_passing_programs_by_source_and_behaviou
 
 @pytest.fixture
 def environment(seeded_archive, metarl_cache):
-    settings = CascadeSettings(suite="smoke", seeds=1, total_timesteps=8192, probe_seed=0)
+    settings = CascadeSettings(
+        suite="smoke", seeds=1, seed_values=[0], total_timesteps=8192, probe_seed=0
+    )
     with Archive(seeded_archive) as archive, Evaluator(settings) as evaluator:
         plan = prompt_plan.plan_prompts(archive, TASK, None, heldout=0, rng_seed=0)
         reward = CascadeReward(

@@ -26,7 +26,7 @@ from metarl.grpo.rewards import (
 from metarl.tasks import get_task
 
 TASK = get_task("drift")
-TINY = CascadeSettings(suite="smoke", seeds=1, total_timesteps=8192, probe_seed=0)
+TINY = CascadeSettings(suite="smoke", seeds=1, seed_values=[0], total_timesteps=8192, probe_seed=0)
 PPO = TASK.seed_program("ppo_clip").source
 
 
@@ -65,13 +65,31 @@ def test_duplicates_earn_the_duplicate_reward_whatever_the_copy_would_score():
 
 
 def test_evaluator_faults_are_excluded_not_scored():
-    broken = Outcome.failure("probes", "internal evaluator error: malformed result")
-    never_started = Outcome.failure("probes", "worker died", sandbox={"status": "startup"})
+    broken = Outcome.evaluator_fault("malformed result")
     candidate_fault = Outcome.failure("probes", "drift is negative", sandbox={"status": "ok"})
-    assert evaluator_fault(broken) and evaluator_fault(never_started)
-    assert not evaluator_fault(candidate_fault)
+    assert broken.fault == "evaluator" and broken.reason.startswith("internal evaluator error")
+    assert evaluator_fault(broken) and not evaluator_fault(candidate_fault)
     assert reward_of(broken) == (None, "excluded")
     assert reward_of(candidate_fault) == (REWARDS.probes, "probes")
+
+
+def test_archived_outcomes_from_before_the_fault_field_keep_their_fault():
+    legacy = Outcome.failure("probes", "internal evaluator error: malformed result").to_dict()
+    never_started = Outcome.failure("probes", "worker died", sandbox={"status": "startup"})
+    for data in (legacy, never_started.to_dict()):
+        del data["fault"]
+        assert evaluator_fault(Outcome.from_dict(data))
+    plain = Outcome.failure("short", "too slow to learn").to_dict()
+    del plain["fault"]
+    assert not evaluator_fault(Outcome.from_dict(plain))
+
+
+def test_breaking_the_trainer_earns_the_failure_reward_of_its_stage_not_a_skip():
+    hung = Outcome.failure("short", "timed out in stage short: its programs ran 21 s, more than")
+    broke = Outcome.failure("short", "ValueError while compiling its VJP (epsilon=0.2) on 128")
+    died = Outcome.failure("probes", "the evaluator process died (SIGSEGV) in stage probes")
+    assert reward_of(hung) == reward_of(broke) == (REWARDS.short, "short")
+    assert reward_of(died) == (REWARDS.probes, "probes")
 
 
 def test_groups_whose_scorable_rewards_are_equal_count_as_zero_spread():
@@ -176,7 +194,9 @@ def test_trl_calls_it_with_conversational_completions_and_gets_one_reward_each(e
 
 def test_an_evaluator_that_cannot_start_a_worker_excludes_the_batch(known, metarl_cache):
     # 64 MB of address space cannot even import jax: the worker never becomes ready
-    starved = CascadeSettings(suite="smoke", seeds=1, total_timesteps=8192, memory_mb=64)
+    starved = CascadeSettings(
+        suite="smoke", seeds=1, seed_values=[0], total_timesteps=8192, memory_mb=64
+    )
     with Evaluator(starved, prewarm=False) as evaluator:
         reward = CascadeReward(evaluator, TASK, known, group=3)
         stats = reward.score([reply(variant_source()), "", reply(PPO)])

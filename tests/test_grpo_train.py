@@ -43,6 +43,7 @@ def settings_for(model: Path, out: Path, **changes) -> GRPOSettings:
         suite="smoke",
         timesteps=8192,
         train_seeds=1,
+        seed_values=[0],
         steps=2,
         sft_steps=2,
         generations=4,

@@ -27,6 +27,8 @@ FAST = [
     "4096",
     "--seeds",
     "1",
+    "--seed-values",
+    "0",
     "--no-confirm",
     "--no-heldout",
     "--skip-short",

@@ -21,7 +21,15 @@ PPO = get_task("drift").seed_program("ppo_clip").source
 
 
 def tiny_config(**changes) -> DiscoverConfig:
-    base = dict(suite="smoke", timesteps=8192, seeds=1, max_time=None, islands=1, confirm=False)
+    base = dict(
+        suite="smoke",
+        timesteps=8192,
+        seeds=1,
+        seed_values=[0],
+        max_time=None,
+        islands=1,
+        confirm=False,
+    )
     base.update(changes)
     return DiscoverConfig(**base)
 

@@ -41,7 +41,13 @@ ray = pytest.importorskip(
 # the seed programs' setting in the session's seeded archive (TINY_DISCOVER's seeds): its rows
 # are the local executor's numbers for the two seed programs, already paid for
 SETTINGS = CascadeSettings(
-    suite="smoke", seeds=1, total_timesteps=8192, heldout=True, skip_short=True, probe_seed=0
+    suite="smoke",
+    seeds=1,
+    seed_values=[0],
+    total_timesteps=8192,
+    heldout=True,
+    skip_short=True,
+    probe_seed=0,
 )
 SEEDS = ("lpo", "ppo_clip")
 PORT = 6391  # the test cluster's head (GCS) port

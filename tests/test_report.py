@@ -34,7 +34,7 @@ from metarl.report.story import Point, funnel_of, incumbent_of
 
 METARL = [sys.executable, "-c", "from metarl.cli.app import main; main()"]
 # r3: the seed programs scored on two training seeds (budget 0): another setting than r2's
-TWO_SEEDS = ["--suite", "smoke", "--timesteps", "8192", "--seeds", "2", "--no-live"]
+TWO_SEEDS = ["--suite", "smoke", "--timesteps", "8192", "--seed-values", "0,1", "--no-live"]
 
 
 def metarl(cwd: Path, *args: str) -> subprocess.CompletedProcess:

@@ -36,7 +36,13 @@ def gone(pid: int) -> bool:
 
 
 SETTINGS = dict(
-    suite="smoke", seeds=1, total_timesteps=4096, short_timesteps=4096, timeout_s=60, probe_seed=0
+    suite="smoke",
+    seeds=1,
+    seed_values=[0],
+    total_timesteps=4096,
+    short_timesteps=4096,
+    timeout_s=60,
+    probe_seed=0,
 )
 
 

@@ -107,6 +107,8 @@ def test_discover_with_smollm2(smollm2_server, tmp_path):
             "4096",
             "--seeds",
             "1",
+            "--seed-values",
+            "0",
             "--no-confirm",
             "--no-heldout",
             "--skip-short",

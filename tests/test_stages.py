@@ -24,7 +24,12 @@ PLATFORM = backend()
 # for the baseline to be far above a random policy there (128 vs 24 mean return), so the
 # threshold separates learners from non-learners
 SETTINGS = CascadeSettings(
-    suite="smoke", seeds=1, total_timesteps=32768, short_timesteps=16384, probe_seed=0
+    suite="smoke",
+    seeds=1,
+    seed_values=[0],
+    total_timesteps=32768,
+    short_timesteps=16384,
+    probe_seed=0,
 )
 
 

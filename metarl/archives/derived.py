@@ -34,6 +34,9 @@ class Teacher:
     seeds: int  # training seeds of its evaluation
     total_timesteps: int | None
     fitness: float | None
+    # its training seed values when they were pinned (`--seed-values`): a student of a pinned
+    # teacher is pinned to the same values; None: the student's are drawn afresh
+    pinned_seeds: list[int] | None = None
 
 
 class Derived(NamedTuple):
@@ -58,6 +61,8 @@ def load_teacher(archive: Archive, ref: str) -> Teacher:
         raise ArchiveError(f"candidate {row['id']} is a {row.get('task')} candidate; only drift")
     if not row.get("code"):
         raise ArchiveError(f"candidate {row['id']} has no code to learn from")
+    outcome = row.get("outcome") if isinstance(row.get("outcome"), dict) else {}
+    pinned = bool(outcome.get("seeds_pinned")) and bool(row.get("seeds"))
     return Teacher(
         id=row["id"],
         code=row["code"],
@@ -66,16 +71,23 @@ def load_teacher(archive: Archive, ref: str) -> Teacher:
         seeds=len(row.get("seeds") or []) or 2,
         total_timesteps=row.get("total_timesteps"),
         fitness=row.get("fitness"),
+        pinned_seeds=list(row.get("seeds") or []) if pinned else None,
     )
 
 
-def teacher_settings(teacher: Teacher, **limits: Any) -> CascadeSettings:
-    """The cascade settings that score a student exactly as its teacher was scored."""
+def teacher_settings(
+    teacher: Teacher, seed_values: list[int] | None = None, **limits: Any
+) -> CascadeSettings:
+    """The cascade settings that score a student as its teacher was scored (suite, budget,
+    number of training seeds; the values drawn afresh unless `seed_values` or a pinned
+    teacher pins them)."""
+    seed_values = seed_values or teacher.pinned_seeds
     return CascadeSettings(
         suite=teacher.suite,
-        seeds=teacher.seeds,
+        seeds=len(seed_values) if seed_values else teacher.seeds,
+        seed_values=seed_values,
         total_timesteps=teacher.total_timesteps,
-        probe_seed=0,
+        probe_seed=0 if seed_values else None,
         **limits,
     )
 

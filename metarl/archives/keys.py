@@ -12,10 +12,17 @@ from metarl.rl.suites import get_suite
 
 
 def eval_settings_key(task: str, settings: Any, versions: dict, device: str) -> str:
-    """Everything that determines an evaluation's scores; equal keys may share results."""
+    """Everything that determines an evaluation's scores; equal keys may share results.
+
+    The training seeds enter as their count and, when pinned, their values: drawn seeds are
+    a fresh sample of the same protocol (recorded with each score), pinned ones a different
+    protocol. The secret seed pool and the probe inputs' seed never enter (the pool must not
+    leak, and probes decide pass/fail, not scores).
+    """
     fields = dataclasses.asdict(settings) if dataclasses.is_dataclass(settings) else dict(settings)
-    for volatile in ("timeout_s", "memory_mb"):
+    for volatile in ("timeout_s", "memory_mb", "seed_pool", "probe_seed"):
         fields.pop(volatile, None)
+    fields["seeds_pinned"] = bool(fields.get("seed_values"))
     blob = json.dumps(
         {"task": task, "settings": fields, "versions": versions, "device": device},
         sort_keys=True,

@@ -61,7 +61,7 @@ def candidate_row(
         "is_seed": 0,
         "proposer": proposer,
         "operator": operator,
-        "seeds": list(range(settings.seeds)),
+        "seeds": list(settings.seed_values or []),  # pinned; else set once trained
         "total_timesteps": total_timesteps,
         "eval_key": eval_settings_key(task, settings, versions, device),
         "config_hash": suite_config_hash(settings.suite, total_timesteps),

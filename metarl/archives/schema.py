@@ -93,7 +93,7 @@ def _v1(db: Database) -> None:
             "prompt_id": int,
             "reply_id": int,
             "call_ids": str,  # JSON list
-            "status": str,  # passed | failed | duplicate | no_code
+            "status": str,  # passed | failed | duplicate | no_code | fault (the evaluator's)
             "stage": str,  # static | probes | short | full | propose | dedup
             "reason": str,
             "fitness": float,

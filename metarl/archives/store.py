@@ -22,7 +22,8 @@ from typing import Any, Iterator
 from sqlite_utils import Database
 
 from metarl.archives.schema import MIGRATIONS, SCHEMA_VERSION
-from metarl.evaluation.outcome import Outcome
+from metarl.evaluation.outcome import EVALUATOR_FAULT, Outcome, evaluator_fault
+from metarl.evaluation.text import redact_config
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +45,9 @@ JSON_COLUMNS = {
     "evaluations": {"seeds", "returns", "curve_steps", "curve", "curve_std", "published"},
     "calls": {"prompt"},
 }
+# columns that may quote a URL a user gave (a run's options, an error text): stored without its
+# credentials, whoever writes them (the real value serves the request only)
+REDACTED_COLUMNS = {"runs": {"config", "error", "stop_reason"}, "calls": {"error"}}
 
 
 # what re-evaluating a candidate on more seeds adds to its row; copied along with a cached one
@@ -283,6 +287,8 @@ class Archive:
     def _encode(self, table: str, record: dict) -> dict:
         out = {}
         for key, value in record.items():
+            if key in REDACTED_COLUMNS.get(table, ()) and value is not None:
+                value = redact_config(value)
             if (
                 key in JSON_COLUMNS.get(table, ())
                 and value is not None
@@ -506,9 +512,9 @@ class Archive:
         same evaluation settings anywhere in this archive."""
         rows = self.query(
             "SELECT * FROM candidates WHERE hash = ? AND eval_key = ? AND cached_from IS NULL "
-            "AND status IN ('passed', 'failed') AND outcome IS NOT NULL ORDER BY created_at LIMIT "
-            "1",
-            (source_hash, eval_key),
+            "AND status IN ('passed', 'failed') AND outcome IS NOT NULL "
+            "AND coalesce(reason, '') NOT LIKE ? ORDER BY created_at LIMIT 1",
+            (source_hash, eval_key, EVALUATOR_FAULT + "%"),  # an older archive's faults
         )
         return _decode("candidates", rows[0]) if rows else None
 
@@ -575,6 +581,8 @@ def outcome_columns(outcome: Outcome) -> dict:
         )
     if outcome.passed:
         status = "passed"
+    elif evaluator_fault(outcome):  # says nothing about the candidate: never reused as a verdict
+        status = "fault"
     elif outcome.duplicate_of:
         status = "duplicate"
     elif outcome.stage == "propose":
@@ -585,7 +593,10 @@ def outcome_columns(outcome: Outcome) -> dict:
     eval_s = sum(v for v in timings.values() if isinstance(v, (int, float))) if timings else None
     if "total" in timings:
         eval_s = timings["total"]
+    # the training seed values it was scored on, once it trained (pinned ones are in the row)
+    seeds = {"seeds": outcome.env_scores[0].seeds} if outcome.env_scores else {}
     return {
+        **seeds,
         "status": status,
         "stage": outcome.stage,
         "reason": outcome.reason,

@@ -19,6 +19,7 @@ import json
 from dataclasses import dataclass
 
 from metarl.blackbox.families import FAMILIES
+from metarl.evaluation.seeds import SeedError, parse_seed_values
 from metarl.evaluation.settings import CascadeSettings, SandboxLimits
 from metarl.rl.suites import UnknownSuite, get_suite
 
@@ -52,6 +53,8 @@ class ESConfig:
     timesteps: int | None = 100_000  # per-environment budget; None/0: the suite's own
     export_every: int = 5  # the ES mean becomes a candidate every this many generations
     train_seeds: int = 2  # training seeds of each export's cascade evaluation (as discover)
+    # pinned training seed values of the exports' evaluations (`--seed-values`); None: drawn
+    seed_values: list[int] | None = None
     heldout: bool = True  # score the exports' held-out environments (never used by the ES)
     max_time: float | None = None  # seconds of wall time, summed over resumes
     timeout: float = SandboxLimits.timeout_s
@@ -65,6 +68,12 @@ class ESConfig:
             ESConfigError: an option no run can use.
         """
         config = dataclasses.replace(self, timesteps=self.timesteps or None)
+        try:
+            config.seed_values = parse_seed_values(config.seed_values)
+        except SeedError as error:
+            raise ESConfigError(str(error)) from error
+        if config.seed_values is not None:
+            config.train_seeds = len(config.seed_values)
         if config.task not in FAMILIES:
             raise ESConfigError(
                 f"black-box ES meta-learns the drift (LPO) or optimizer (OPEN-lite) task, "
@@ -95,12 +104,13 @@ class ESConfig:
         return CascadeSettings(
             suite=self.suite,
             seeds=self.train_seeds,
+            seed_values=self.seed_values,
             total_timesteps=self.timesteps,
             timeout_s=self.timeout,
             memory_mb=self.memory_mb,
             heldout=self.heldout,
             unsafe_no_sandbox=self.unsafe_no_sandbox,
-            probe_seed=0,
+            probe_seed=0 if self.seed_values else None,
         )
 
     def to_dict(self) -> dict:

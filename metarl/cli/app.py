@@ -13,7 +13,8 @@ import typer
 import metarl
 from metarl.cli import archive, discover, evaluate, grpo, methods, report
 from metarl.cli.errors import Group
-from metarl.logs import log_to_stderr
+from metarl.evaluation.text import printable
+from metarl.logs import log_to_stderr, scrub_records_with
 
 app = typer.Typer(
     name="metarl",
@@ -39,6 +40,9 @@ def root(
 ) -> None:
     """metarl: an evolutionary loop in which an LLM (or an offline mutation operator) writes RL
     algorithm components, each scored by training PPO agents on gymnax environments."""
+    # log records quote candidate and model text and the run's options: escapes made visible,
+    # URL credentials redacted, in every handler (stderr, a run's log file)
+    scrub_records_with(printable)
     log_to_stderr(verbose=False)  # warnings and errors; `--verbose` commands add INFO
 
 

@@ -10,7 +10,9 @@ from typing import Optional
 
 import typer
 
-from metarl.cli import display
+from metarl.cli.board import leaderboard_table, runs_table
+from metarl.cli.candidate import lineage_tree, print_candidate
+from metarl.cli.console import console, say
 from metarl.cli.errors import UserError
 from metarl.cli.options import (
     EXPORT_FORMATS,
@@ -19,6 +21,7 @@ from metarl.cli.options import (
     METHODS,
     archive_option,
 )
+from metarl.evaluation.text import printable
 
 
 def _open(path: str):
@@ -98,12 +101,15 @@ def leaderboard(
             limit=limit,
         )
     if as_json:
-        display.console.print_json(json.dumps([asdict(row) for row in board.rows], default=str))
+        # ASCII JSON: a name's control and bidi characters stay \u escapes, inert on a terminal
+        console.print_json(
+            json.dumps([asdict(row) for row in board.rows], default=str), ensure_ascii=True
+        )
         return
     if not board.rows:
-        display.console.print(f"no passed candidates yet ({board.title})")
+        say(f"no passed candidates yet ({board.title})")
         return
-    display.console.print(display.leaderboard_table(board, show_run=all_runs))
+    console.print(leaderboard_table(board, show_run=all_runs))
 
 
 def show(
@@ -127,7 +133,7 @@ def show(
         evaluations = store.evaluations(cid)
         calls = store.calls(cid)
         children = store.children(cid)
-    display.print_candidate(cid, row, evaluations, calls, children, full=full)
+    print_candidate(cid, row, evaluations, calls, children, full=full)
 
 
 def lineage(
@@ -151,7 +157,7 @@ def lineage(
     with _open(archive) as store:
         cid = store.resolve_candidate(candidate)
         root = ancestry(store, cid, max_depth=depth)
-    display.console.print(display.lineage_tree(root))
+    console.print(lineage_tree(root))
 
 
 def runs(archive: str = archive_option()) -> None:
@@ -166,9 +172,9 @@ def runs(archive: str = archive_option()) -> None:
     with _open(archive) as store:
         found = store.runs()
     if not found:
-        display.console.print(f"no runs in {archive}")
+        say(f"no runs in {archive}")
         return
-    display.console.print(display.runs_table(found, archive))
+    console.print(runs_table(found, archive))
 
 
 def export(
@@ -186,6 +192,9 @@ def export(
 ) -> None:
     """Export a run: JSON with the run, candidates, evaluations, calls and messages; or CSV.
 
+    On stdout, control characters in archived text (a candidate's code, an LLM's reply) are
+    written as visible escapes (\\x1b), never raw; --output writes the archive's text as is.
+
     Examples:
 
       metarl export r1 --format csv -o r1.csv
@@ -201,11 +210,11 @@ def export(
         raise UserError(f"cannot write {output}: folder {output.parent} does not exist")
     with _open(archive) as store:
         text = export_json(store, run) if fmt_name == "json" else export_csv(store, run)
-    if output is None:
-        typer.echo(text, nl=False)
+    if output is None:  # a terminal: candidate text with its escapes made visible
+        typer.echo(printable(text), nl=False)
         return
     try:
         output.write_text(text)
     except OSError as error:
         raise UserError(f"cannot write {output}: {error.strerror or error}") from None
-    display.console.print(f"wrote {output} ({len(text)} bytes)")
+    say(f"wrote {output} ({len(text)} bytes)")

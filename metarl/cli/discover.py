@@ -12,16 +12,21 @@ from typing import Any, List, Optional
 import typer
 from typer.core import TyperCommand
 
-from metarl.cli import display
+from metarl.cli.console import console, say
 from metarl.cli.errors import FAILURE, UserError
+from metarl.cli.formats import fmt_duration
 from metarl.cli.options import (
     RUN_LEADERBOARD_ROWS,
     archive_hint,
     archive_option,
     parse_duration,
+    parse_seed_values,
+    seed_values_option,
     sigterm_as_interrupt,
     verbose_option,
 )
+from metarl.cli.progress import Display, print_interrupted, print_run_report
+from metarl.evaluation.text import has_redactions, redact_config
 from metarl.logs import log_to_stderr
 
 logger = logging.getLogger(__name__)
@@ -46,7 +51,7 @@ class DiscoverCommand(TyperCommand):
         for param in self.params:
             value = getattr(defaults, param.name or "", None)
             if param.default is None and value is not None and value != []:
-                shown[param] = display.fmt_duration(value) if param.name == "max_time" else value
+                shown[param] = fmt_duration(value) if param.name == "max_time" else value
         for param, value in shown.items():  # for the help only; parsing never sees these
             param.default = value
         try:
@@ -94,6 +99,7 @@ def discover(
     ),
     max_cost: Optional[float] = typer.Option(None, "--max-cost", help="LLM cost budget in USD."),
     seeds: Optional[int] = typer.Option(None, "--seeds", help="Training seeds per evaluation."),
+    seed_values: Optional[str] = seed_values_option(),
     timesteps: Optional[int] = typer.Option(
         None, "--timesteps", help="Per-environment training budget; 0 = the suite's own."
     ),
@@ -167,6 +173,8 @@ def discover(
 
       metarl discover --suite smoke --budget 5 --report
 
+      metarl discover --suite smoke --budget 5 --seed-values 0,1   # pinned training seeds
+
       metarl discover --proposer llm --model openai/gpt-4o-mini --max-cost 2
 
       metarl discover --config discover.toml
@@ -196,6 +204,7 @@ def discover(
         "proposer": proposer,
         "seed": seed,
         "seeds": seeds,
+        "seed_values": parse_seed_values(seed_values),
         "timesteps": timesteps,
         "children": children,
         "islands": islands,
@@ -328,9 +337,25 @@ def _resume_config(archive_path: str, run_id: str, overrides: dict, fixed: dict)
                 f"resume (start a new run instead)"
             )
     values = {**stored, **{k: v for k, v in overrides.items() if v is not None}}
+    _check_credentials(run_id, values)
     if values.get("executor") == "local":  # back on this machine: the cluster is not needed
         values["ray_address"] = None
     return DiscoverConfig.from_dict(values).resolved()
+
+
+def _check_credentials(run_id: str, values: dict) -> None:
+    """Raises ConfigError when a resumed run's option lost its credentials to the archive's
+    redaction (`--api-base http://***@host/v1`) and the command line does not give it again."""
+    # lazy: the discovery config imports jax; `metarl --help` and the archive commands stay fast
+    from metarl.discovery.config import ConfigError
+
+    for key, value in values.items():
+        if has_redactions(value):
+            option = "--" + key.replace("_", "-")
+            raise ConfigError(
+                f"run {run_id}'s {option} held credentials, which are never archived "
+                f"({value}); give {option} again to resume it"
+            )
 
 
 def _build_proposer(config):
@@ -380,17 +405,22 @@ def run_discovery(
     archive = Archive(archive_path, must_exist=bool(resume))
     proposer = _build_proposer(config)
     if live is None:
-        live = display.console.is_terminal and not quiet and not verbose
-    view = display.Display(live=live, budget=config.budget, quiet=quiet)
+        live = console.is_terminal and not quiet and not verbose
+    view = Display(live=live, budget=config.budget, quiet=quiet)
     loop = DiscoveryLoop(archive, config, proposer, resume=resume, on_event=view)
-    logger.info("discover: archive %s, resume %s, config %s", archive_path, resume, config)
+    logger.info(
+        "discover: archive %s, resume %s, config %s",
+        archive_path,
+        resume,
+        redact_config(config.to_dict()),
+    )
     previous = sigterm_as_interrupt()
     start = time.monotonic()
     try:
         with view:
             result = loop.run()
     except KeyboardInterrupt:
-        display.print_interrupted(loop.run_id or "?", archive_hint(archive_path))
+        print_interrupted(loop.run_id or "?", archive_hint(archive_path))
         raise typer.Exit(130) from None
     finally:
         if previous is not None:
@@ -399,20 +429,16 @@ def run_discovery(
     logger.info("run %s %s (%s)", result.run_id, result.status, result.reason)
     board = leaderboard(archive, run_id=result.run_id, limit=RUN_LEADERBOARD_ROWS)
     summary = run_summary(archive, result.run_id)
-    display.print_run_report(
-        result, board, summary, elapsed, config.budget, archive_hint(archive_path)
-    )
+    print_run_report(result, board, summary, elapsed, config.budget, archive_hint(archive_path))
     path = default_path([result.run_id], all_runs=False)
     if report:
         try:
             written = write_report(archive, [result.run_id], path)
         except ReportError as error:  # the run is archived; only its page is missing
             logger.error("the report was not written: %s", error)
-            display.console.print(f"report: not written ({error})")
+            say(f"report: not written ({error})")
         else:
-            display.console.print(f"report: {written.path.resolve()}")
+            say(f"report: {written.path.resolve()}")
     else:
-        display.console.print(
-            f"report: metarl report {result.run_id}{archive_hint(archive_path)} writes {path}"
-        )
+        say(f"report: metarl report {result.run_id}{archive_hint(archive_path)} writes {path}")
     archive.close()

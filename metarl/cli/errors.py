@@ -26,6 +26,8 @@ from typing import Any, Iterator
 import typer
 from typer.core import TyperGroup
 
+from metarl.evaluation.text import printable
+
 PROG = "metarl"
 USAGE = 2
 FAILURE = 1
@@ -45,10 +47,11 @@ class UserError(Exception):
 
 
 def error_line(message: object, command: str | None = None) -> str:
-    """`metarl <command>: error: <message>`, with the message folded onto one line."""
+    """`metarl <command>: error: <message>`, with the message folded onto one line and made
+    `printable` (it may quote a candidate's reason or an LLM's error)."""
     prefix = f"{PROG} {command}" if command else PROG
     text = re.sub(r"\s*\n\s*", " ", str(message).strip())
-    return f"{prefix}: error: {text}"
+    return f"{prefix}: error: {printable(text)}"
 
 
 def _layer_error_codes() -> list[tuple[type[Exception], int]]:

@@ -10,9 +10,9 @@ from typing import Optional
 
 import typer
 
-from metarl.cli import display
 from metarl.cli.errors import USAGE, UserError
-from metarl.cli.options import verbose_option
+from metarl.cli.options import parse_seed_values, seed_values_option, verbose_option
+from metarl.cli.verdict import print_outcome, stage_spinner
 from metarl.evaluation.settings import CascadeSettings
 from metarl.logs import log_to_stderr
 
@@ -31,8 +31,9 @@ def evaluate(
         DEFAULTS.suite, "--suite", "-s", help="Environment suite: smoke, classic or minatar."
     ),
     seeds: Optional[int] = typer.Option(
-        None, "--seeds", help="Number of seeds (0..N-1); default: the suite's."
+        None, "--seeds", help="Number of training seeds (drawn); default: the suite's."
     ),
+    seed_values: Optional[str] = seed_values_option(),
     as_json: bool = typer.Option(
         False, "--json", help="Print the outcome as one JSON object on stdout."
     ),
@@ -83,6 +84,8 @@ def evaluate(
 
       metarl evaluate my_rule.py --task optimizer --json > outcome.json
 
+      metarl evaluate my_drift.py --task drift --seed-values 1822,77,90311,5  # re-run a score
+
       metarl evaluate metarl/tasks/drift/seed_programs/*.py --task drift --suite smoke
 
     Exit status: 0 when every candidate passed every stage, 1 when one stopped at a stage (the
@@ -108,6 +111,9 @@ def evaluate(
             raise UserError(f"{name} must be at least 1")
     if timeout <= 0 or memory_mb <= 0:
         raise UserError("--timeout and --memory-mb must be positive")
+    pinned = parse_seed_values(seed_values)
+    if pinned is not None and seeds is not None and seeds != len(pinned):
+        raise UserError(f"--seeds {seeds} but {len(pinned)} --seed-values; give one of them")
 
     # lazy: the cascade imports jax; `metarl --help` and the archive commands stay fast
     from metarl.evaluation.cascade import Evaluator
@@ -115,7 +121,8 @@ def evaluate(
 
     settings = CascadeSettings(
         suite=suite,
-        seeds=seeds or get_suite(suite).default_seeds,
+        seeds=len(pinned) if pinned else seeds or get_suite(suite).default_seeds,
+        seed_values=pinned,
         short_run_threshold=threshold,
         total_timesteps=timesteps,
         short_timesteps=short_timesteps,
@@ -135,7 +142,7 @@ def evaluate(
         if as_json:
             outcomes = evaluator.evaluate_batch(sources, task)
         else:
-            with display.stage_spinner([path.name for path in paths]) as progress:
+            with stage_spinner([path.name for path in paths]) as progress:
                 outcomes = evaluator.evaluate_batch(sources, task, progress=progress)
     for path, outcome in zip(paths, outcomes):
         logger.info(
@@ -156,7 +163,7 @@ def evaluate(
             )
     else:
         for path, outcome in zip(paths, outcomes):
-            display.print_outcome(outcome, path, task, settings)
+            print_outcome(outcome, path, task, settings)
     raise typer.Exit(0 if all(outcome.passed for outcome in outcomes) else 1)
 
 

@@ -24,10 +24,13 @@ from metarl.cli.options import (
     archive_hint,
     archive_option,
     parse_duration,
+    parse_seed_values,
     run_options,
+    seed_values_option,
     sigterm_as_interrupt,
     verbose_option,
 )
+from metarl.evaluation.text import printable
 from metarl.logs import log_to_stderr
 
 logger = logging.getLogger(__name__)
@@ -52,6 +55,7 @@ def train_proposer(
     train_seeds: Optional[int] = typer.Option(
         None, "--train-seeds", help="Training seeds of each completion's evaluation."
     ),
+    seed_values: Optional[str] = seed_values_option(),
     timesteps: Optional[int] = typer.Option(
         None, "--timesteps", help="Per-environment budget of the reward; 0 = the suite's own."
     ),
@@ -137,6 +141,7 @@ def train_proposer(
         "suite": suite,
         "source_run": source_run,
         "train_seeds": train_seeds,
+        "seed_values": parse_seed_values(seed_values),
         "timesteps": timesteps,
         "generations": generations,
         "prompts_per_step": prompts_per_step,
@@ -182,7 +187,7 @@ def train_proposer(
                     signal.signal(signal.SIGTERM, previous)
         elapsed = time.monotonic() - start
         hint = archive_hint(archive)
-        display.console.print(
+        display.say(
             f"GRPO run {result.run_id} {result.status} ({result.reason}) after {elapsed:.0f} s: "
             f"{result.step} steps; zero-spread groups {result.zero_spread}/{result.groups}"
         )
@@ -192,16 +197,14 @@ def train_proposer(
         if board.rows:
             display.console.print(display.leaderboard_table(board))
         if result.status != "finished":
-            display.console.print(
-                f"continue with: metarl train-proposer --resume {result.run_id}{hint}"
-            )
+            display.say(f"continue with: metarl train-proposer --resume {result.run_id}{hint}")
         elif result.checkpoint:
-            display.console.print(
+            display.say(
                 f"use it: python -m metarl.discovery.proposers.llm.local_server --model "
                 f"{result.checkpoint} --port 8011 &  then  metarl discover --proposer llm "
                 "--model openai/local --api-base http://127.0.0.1:8011/v1"
             )
-            display.console.print(
+            display.say(
                 f"measure again: metarl eval-proposer {result.run_id}{hint} --model "
                 f"{result.checkpoint}"
             )
@@ -250,7 +253,7 @@ def eval_proposer(
                 list(model),
                 completions,
                 on_event=lambda kind, data: (
-                    status.update(data["text"]) if kind == "status" else None
+                    status.update(display.untrusted(data["text"])) if kind == "status" else None
                 ),
             )
     display.console.print(score_table(scores, f"proposers on the held-out prompts of {run}"))
@@ -300,21 +303,23 @@ def _mean(mean) -> str:
 def score_table(scores: list, title: str) -> Table:
     """Measurements side by side: pass rate per stage (Wilson 95%), duplicates, mean reward and
     mean fitness of the scored completions (bootstrap 95%), best fitness."""
-    table = Table(title=title, title_justify="left")
+    table = Table(title=display.untrusted(title), title_justify="left")
     for column in ("proposer", "n", "parse", "static", "probes", "short", "full", "duplicates"):
         table.add_column(column, justify="left" if column == "proposer" else "right")
     for column in ("reward", "fitness", "best", "tok/s"):
         table.add_column(column, justify="right")
     for score in scores:
         table.add_row(
-            score.label,
-            str(score.completions - score.excluded),
-            *(_rate(score.passed[s]) for s in ("parse", "static", "probes", "short", "full")),
-            _rate(score.duplicates),
-            _mean(score.reward),
-            _mean(score.fitness),
-            display.fmt(score.best_fitness),
-            f"{score.tokens_per_s:.0f}",
+            *display.cells(  # the label names a checkpoint: a path or a model id
+                score.label,
+                str(score.completions - score.excluded),
+                *(_rate(score.passed[s]) for s in ("parse", "static", "probes", "short", "full")),
+                _rate(score.duplicates),
+                _mean(score.reward),
+                _mean(score.fitness),
+                display.fmt(score.best_fitness),
+                f"{score.tokens_per_s:.0f}",
+            )
         )
     return table
 
@@ -328,7 +333,7 @@ class _TrainProgress:
             TextColumn("[bold]GRPO"),
             BarColumn(),
             MofNCompleteColumn(),
-            TextColumn("{task.fields[info]}"),
+            TextColumn("{task.fields[info]}", markup=False),
             TimeElapsedColumn(),
             console=display.console,
             transient=False,
@@ -357,11 +362,11 @@ class _TrainProgress:
         elif kind == "score":
             parse = data.passed["parse"].value
             full = data.passed["full"].value
-            self.progress.console.print(
+            display.say(
                 f"measured {data.label}: {data.completions} completions, parse "
                 f"{'—' if parse is None else f'{parse:.0%}'}, scored "
                 f"{'—' if full is None else f'{full:.0%}'}, mean reward "
                 f"{display.fmt(data.reward.value, 2)}"
             )
         elif kind == "status":
-            self.progress.update(self.bar, info=data["text"])
+            self.progress.update(self.bar, info=printable(data["text"]))

@@ -23,10 +23,13 @@ from metarl.cli.options import (
     archive_hint,
     archive_option,
     parse_duration,
+    parse_seed_values,
     run_options,
+    seed_values_option,
     sigterm_as_interrupt,
     verbose_option,
 )
+from metarl.evaluation.text import printable
 from metarl.logs import log_to_stderr
 
 logger = logging.getLogger(__name__)
@@ -48,6 +51,7 @@ def es(
     train_seeds: Optional[int] = typer.Option(
         None, "--train-seeds", help="Training seeds of each export's cascade evaluation."
     ),
+    seed_values: Optional[str] = seed_values_option(),
     timesteps: Optional[int] = typer.Option(
         None, "--timesteps", help="Per-environment training budget; 0 = the suite's own."
     ),
@@ -99,6 +103,7 @@ def es(
         "hidden": hidden,
         "member_seeds": member_seeds,
         "train_seeds": train_seeds,
+        "seed_values": parse_seed_values(seed_values),
         "timesteps": timesteps,
         "export_every": export_every,
         "rng_seed": rng_seed,
@@ -121,7 +126,7 @@ def es(
         elapsed = time.monotonic() - start
         board = leaderboard(store, run_id=result.run_id, limit=RUN_LEADERBOARD_ROWS)
         hint = archive_hint(archive)
-        display.console.print(
+        display.say(
             f"ES run {result.run_id} {result.status} ({result.reason}) after "
             f"{elapsed:.0f} s: {result.generation} generations, "
             f"{result.exports} exports"
@@ -129,8 +134,8 @@ def es(
         if board.rows:
             display.console.print(display.leaderboard_table(board))
         if result.status != "finished":
-            display.console.print(f"continue with: metarl es --resume {result.run_id}{hint}")
-        display.console.print(f"all methods side by side: metarl leaderboard --all-runs{hint}")
+            display.say(f"continue with: metarl es --resume {result.run_id}{hint}")
+        display.say(f"all methods side by side: metarl leaderboard --all-runs{hint}")
     if result.status == "interrupted":
         raise typer.Exit(130)
 
@@ -162,7 +167,7 @@ class _ESProgress:
             TextColumn("[bold]ES"),
             BarColumn(),
             MofNCompleteColumn(),
-            TextColumn("{task.fields[info]}"),
+            TextColumn("{task.fields[info]}", markup=False),
             TimeElapsedColumn(),
             console=display.console,
             transient=False,
@@ -187,12 +192,12 @@ class _ESProgress:
         elif kind == "export":
             score = "—" if data["fitness"] is None else f"{data['fitness']:.3f}"
             why = f" ({data['reason']})" if data.get("reason") else ""
-            self.progress.console.print(
+            display.say(
                 f"export {data['id']} (generation {data['generation']}): {data['status']}, "
                 f"cascade fitness {score}{why}"
             )
         elif kind == "status":
-            self.progress.update(self.bar, info=data["text"])
+            self.progress.update(self.bar, info=printable(data["text"]))
 
 
 def distil(
@@ -204,6 +209,7 @@ def distil(
     ),
     points: Optional[int] = typer.Option(None, "--points", help="Grid points per axis."),
     rng_seed: Optional[int] = typer.Option(None, "--seed", help="RNG seed of the fit."),
+    seed_values: Optional[str] = seed_values_option(),
     archive: str = archive_option(),
     verbose: bool = verbose_option(),
 ) -> None:
@@ -228,7 +234,10 @@ def distil(
     chosen = {"steps": steps, "objective": objective, "points": points, "rng_seed": rng_seed}
     settings = DistilSettings(hidden=hidden, **{k: v for k, v in chosen.items() if v is not None})
     with Archive(archive, must_exist=True) as store:
-        result = _derive(lambda status: distil_teacher(store, teacher, settings, on_status=status))
+        limits = _pinned(seed_values)
+        result = _derive(
+            lambda status: distil_teacher(store, teacher, settings, limits=limits, on_status=status)
+        )
     _print_derived("distilled", result, archive)
 
 
@@ -243,6 +252,7 @@ def symbolic(
     search_time: Optional[int] = typer.Option(None, "--search-time", help="Search seconds."),
     backend: Optional[str] = typer.Option(None, "--backend", help="operon or pysr."),
     rng_seed: Optional[int] = typer.Option(None, "--seed", help="RNG seed of the search."),
+    seed_values: Optional[str] = seed_values_option(),
     archive: str = archive_option(),
     verbose: bool = verbose_option(),
 ) -> None:
@@ -278,16 +288,25 @@ def symbolic(
     except ValueError as error:
         raise UserError(str(error)) from None
     with Archive(archive, must_exist=True) as store:
+        limits = _pinned(seed_values)
         result = _derive(
-            lambda status: symbolic_teacher(store, teacher, settings, on_status=status)
+            lambda status: symbolic_teacher(
+                store, teacher, settings, limits=limits, on_status=status
+            )
         )
     expression = result.meta.get("expression")
     if expression:
-        display.console.print(
+        display.say(
             f"f = {expression}  (size {result.meta['size']}, value MSE "
             f"{result.meta['value_error']:.3g}, slope MSE {result.meta['slope_error']:.3g})"
         )
     _print_derived("symbolic fit of", result, archive)
+
+
+def _pinned(seed_values: str | None) -> dict | None:
+    """The derivation's evaluation limits for `--seed-values` (None: drawn seeds)."""
+    values = parse_seed_values(seed_values)
+    return {"seed_values": values} if values else None
 
 
 def _derive(work):
@@ -297,7 +316,7 @@ def _derive(work):
 
     with display.console.status("starting") as status:
         try:
-            return work(lambda text: status.update(text))
+            return work(lambda text: status.update(display.untrusted(text)))
         except SampleFailure as failure:
             raise UserError(f"the teacher could not be sampled ({failure})", 1) from None
         except ValueError as error:  # settings the fit refuses (DistilSettings, a bad grid)
@@ -309,11 +328,11 @@ def _print_derived(verb: str, result, archive: str) -> None:
     score = "—" if outcome.fitness is None else f"{outcome.fitness:.3f}"
     teacher = "—" if result.teacher_fitness is None else f"{result.teacher_fitness:.3f}"
     status = "passed" if outcome.passed else f"failed at {outcome.stage}: {outcome.reason}"
-    display.console.print(
+    display.say(
         f"{verb} {result.teacher_id} -> {result.candidate_id} (run {result.run_id}): {status}; "
         f"fitness {score} (teacher {teacher})"
     )
-    display.console.print(
+    display.say(
         f"compare: metarl leaderboard --all-runs{archive_hint(archive)}  ·  "
         f"metarl show {result.candidate_id}{archive_hint(archive)}"
     )

@@ -13,6 +13,8 @@ from typing import Any
 import typer
 
 from metarl.cli.errors import UserError
+from metarl.evaluation import seeds
+from metarl.evaluation.text import has_redactions, redact_config
 
 DEFAULT_ARCHIVE = "metarl.db"
 ARCHIVE_ENVVAR = "METARL_ARCHIVE"
@@ -42,6 +44,30 @@ def verbose_option() -> Any:
         "-v",
         help="Show the log's INFO records on stderr (without it: warnings and errors only).",
     )
+
+
+def seed_values_option() -> Any:
+    """The `--seed-values` option of every command that evaluates candidates."""
+    return typer.Option(
+        None,
+        "--seed-values",
+        help="Pin the training seeds, e.g. 0,1,2,3 (to reproduce a recorded score or a paper; "
+        "recorded as pinned). Default: drawn per batch where no candidate can know them.",
+    )
+
+
+def parse_seed_values(text: str | None) -> list[int] | None:
+    """`--seed-values` as a list of ints (None when not given).
+
+    Raises:
+        UserError: not comma-separated distinct integers in [0, 2^31).
+    """
+    if text is None:
+        return None
+    try:
+        return seeds.parse_seed_values(text)
+    except seeds.SeedError as error:
+        raise UserError(f"--seed-values: {error}") from None
 
 
 def archive_hint(archive_path: str) -> str:
@@ -86,8 +112,12 @@ def run_options(
     options given. `chosen` define the run and must match a resumed run's; `budgets` may change
     (a None budget is left out, except max_time, where None lifts the limit).
 
+    A stored option that held credentials (a URL's userinfo, archived as `***`) matches the
+    real value given again, and must be given again.
+
     Raises:
-        UserError: an option in `chosen` differs from the resumed run's.
+        UserError: an option in `chosen` differs from the resumed run's, or a stored one lost
+            its credentials and is not given.
     """
     # lazy: the archive imports jax through the evaluation layer; `metarl --help` stays fast
     from metarl.archives.store import Archive
@@ -97,7 +127,7 @@ def run_options(
         with Archive(archive_path, must_exist=True) as store:
             stored = store.get_run(resume).get("config") or {}
         for key, value in chosen.items():
-            if value is not None and stored.get(key) != value:
+            if value is not None and stored.get(key) not in (value, redact_config(value)):
                 raise UserError(
                     f"run {resume} was started with {key} {stored.get(key)!r}; it cannot "
                     "change on resume"
@@ -105,4 +135,10 @@ def run_options(
         values = {k: v for k, v in stored.items() if k in fields}
     values.update({k: v for k, v in chosen.items() if v is not None})
     values.update({k: v for k, v in budgets.items() if v is not None or k == "max_time"})
+    for key, value in values.items():
+        if has_redactions(value):
+            raise UserError(
+                f"run {resume} was started with {key} {value!r}, whose credentials are never "
+                "archived; give that option again to resume it"
+            )
     return values

@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from metarl.cli import display
+from metarl.cli.console import say
 from metarl.cli.errors import UserError
 from metarl.cli.options import archive_option
 
@@ -76,7 +76,7 @@ def report(
             raise UserError(f"no runs{what} in {archive}")
         path = out if out is not None else default_path(chosen, all_runs)
         written = write_report(store, chosen, path, settings)
-    display.console.print(
+    say(
         f"wrote {written.path} ({written.bytes / 1e6:.1f} MB, {len(written.runs)} "
         f"run{'s' if len(written.runs) > 1 else ''}, {written.seconds:.1f} s); open it in a browser"
     )

@@ -9,6 +9,7 @@ batch with its reason, which is archived like any other failure.
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any, Callable
 
@@ -52,21 +53,27 @@ class Batches:
         self.emit = emit
         self.evaluators: dict[str, Any] = {}
         self.pool = DaemonPool(1)
+        self.seed_pool: list[int] | None = None  # the run's secret training-seed pool
 
     def evaluator(self, purpose: str):
         if purpose not in self.evaluators:
             if purpose == "child":
                 self.emit("status", {"text": "starting sandbox workers"})
             workers = 1 if purpose == "confirm" else self.config.workers
-            settings = records.cascade_settings(self.config, purpose)
+            settings = records.cascade_settings(self.config, purpose, self.seed_pool)
             self.evaluators[purpose] = self.factory(settings, workers)
         return self.evaluators[purpose]
 
     def evaluate(
-        self, purpose: str, rows: list[dict], known: dict[str, str] | None = None
+        self,
+        purpose: str,
+        rows: list[dict],
+        known: dict[str, str] | None = None,
+        exclude_seeds: list[int] | None = None,
     ) -> list[Outcome]:
         """The Outcomes of the programs (`code`) of candidate rows `rows`, in order, in one
-        batch; `known` maps behaviour fingerprints to the candidates that have them."""
+        batch; `known` maps behaviour fingerprints to the candidates that have them;
+        `exclude_seeds`: training seeds the batch must not draw (a confirmation's)."""
         if not rows:
             return []
         self.check()
@@ -74,7 +81,10 @@ class Batches:
         for row in rows if SHOWN[purpose] else []:
             self.emit("submitted", {k: row[k] for k in SHOWN[purpose]})
         sources = [row["code"] for row in rows]
-        future = self.pool.submit(evaluator.evaluate_batch, sources, self.task, known)
+        evaluate = functools.partial(
+            evaluator.evaluate_batch, exclude_seeds=list(exclude_seeds or [])
+        )
+        future = self.pool.submit(evaluate, sources, self.task, known)
         wait(future, self.check)
         try:
             outcomes = list(future.result())
@@ -83,7 +93,7 @@ class Batches:
         except Exception as error:  # the evaluator itself failed: archive the reason
             logger.exception("the %s evaluator failed on a batch of %d", purpose, len(rows))
             reason = f"the evaluator failed: {type(error).__name__}: {error}"
-            return [Outcome.failure("full", reason) for _ in rows]
+            return [Outcome.evaluator_fault(reason, "full") for _ in rows]
         return outcomes
 
     def close(self, purpose: str | None = None) -> None:

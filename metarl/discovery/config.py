@@ -34,7 +34,9 @@ from pathlib import Path
 
 from metarl.discovery.proposers import PROPOSERS
 from metarl.evaluation.executors import ExecutorSettings
+from metarl.evaluation.seeds import SeedError, parse_seed_values
 from metarl.evaluation.settings import CascadeSettings
+from metarl.evaluation.text import redact_config
 from metarl.rl.suites import UnknownSuite, get_suite
 from metarl.tasks import UnknownTask, get_task
 
@@ -62,6 +64,9 @@ class DiscoverConfig:
     devices: list[str] = field(default_factory=list)
     seed: int = 0
     seeds: int | None = 2  # training seeds per evaluation; None: the suite's default
+    # pinned training seed values (`--seed-values 0,1`; recorded); None: drawn per batch from
+    # the run's secret pool (evaluation/seeds.py)
+    seed_values: list[int] | None = None
     timesteps: int | None = 100_000  # per-environment budget; None/0: the suite's own
     short_timesteps: int | None = None  # the cascade's short run; None: derived by the cascade
     short_threshold: float = CascadeSettings.short_run_threshold
@@ -132,13 +137,21 @@ class DiscoverConfig:
                 raise ConfigError(f"{name.replace('_', '-')} must be at least {low}, got {value}")
         if self.seeds is not None and self.seeds < 1:
             raise ConfigError(f"seeds must be at least 1, got {self.seeds}")
+        try:
+            seed_values = parse_seed_values(self.seed_values)
+        except SeedError as error:
+            raise ConfigError(str(error)) from None
         if not 0.0 <= self.crossover <= 1.0:
             raise ConfigError(f"crossover must be a probability in [0, 1], got {self.crossover}")
         for name in ("max_time", "max_cost", "timeout"):
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise ConfigError(f"{name.replace('_', '-')} must be positive, got {value}")
-        out = dataclasses.replace(self, models=list(self.models), devices=list(self.devices))
+        out = dataclasses.replace(
+            self, models=list(self.models), devices=list(self.devices), seed_values=seed_values
+        )
+        if seed_values is not None:
+            out.seeds = len(seed_values)  # the values say how many
         if not out.seeds:
             out.seeds = suite.default_seeds
         if not out.timesteps:
@@ -154,7 +167,10 @@ class DiscoverConfig:
         return dataclasses.asdict(self)
 
     def hash(self) -> str:
-        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
+        """The options' digest, over their archived form: credentials in a URL (`api_base`) are
+        never archived, so they neither change it nor can be recovered from it."""
+        archived = redact_config(self.to_dict())
+        return hashlib.sha256(json.dumps(archived, sort_keys=True).encode()).hexdigest()[:16]
 
     @classmethod
     def from_dict(cls, data: dict) -> "DiscoverConfig":

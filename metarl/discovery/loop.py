@@ -36,6 +36,7 @@ from metarl.discovery.proposers.base import Proposal
 from metarl.discovery.runs import LoopError, RunBook, RunResult, Stop
 from metarl.discovery.state import STATE_VERSION, RunState, Slot
 from metarl.evaluation.outcome import Outcome
+from metarl.evaluation.seeds import draw_pool, pool_size
 from metarl.platform import device_description, library_versions
 from metarl.tasks import get_task
 
@@ -88,6 +89,7 @@ class DiscoveryLoop:
                 self.book.check_time,
                 self._emit,
             )
+            self.batches.seed_pool = self.state.seed_pool
             if self.state.phase == "seeds":
                 self._seeds_phase()
             while True:
@@ -123,6 +125,9 @@ class DiscoveryLoop:
                 self.archive, self.config, self.proposer, self.versions, self.device
             )
         self.run_id, self.state = self.book.run_id, self.book.state
+        if self.state.seed_pool is None and self.config.seed_values is None:
+            largest = max(self.config.seeds, self.config.confirm_seeds or 0)
+            self.state.seed_pool = list(draw_pool(pool_size(largest)))
         self.rows = records.RowMaker(
             self.run_id, self.task.name, self.config, self.versions, self.device
         )
@@ -306,7 +311,8 @@ class DiscoveryLoop:
         else:
             seeds = records.cascade_settings(self.config, "confirm").seeds
             self._emit("status", {"text": f"confirming {cid} on {seeds} seeds"})
-            [outcome] = self.batches.evaluate("confirm", [row])
+            # fresh seeds: none the candidate was selected on
+            [outcome] = self.batches.evaluate("confirm", [row], exclude_seeds=row.get("seeds"))
             update = self.book.update()
             self.archive.record_confirmation(cid, outcome, run_id=self.run_id, run_update=update)
         after = self.archive.candidate(cid)

@@ -11,18 +11,29 @@ from metarl.discovery.config import DiscoverConfig
 from metarl.discovery.proposers.base import LLMCall, Proposal
 from metarl.discovery.state import Slot
 from metarl.evaluation.executors import ExecutorSettings, pinned_devices
+from metarl.evaluation.seeds import pinned_extension
 from metarl.evaluation.settings import CascadeSettings
 from metarl.tasks.candidate import source_hash
 
 
-def cascade_settings(config: DiscoverConfig, purpose: str) -> CascadeSettings:
+def cascade_settings(
+    config: DiscoverConfig, purpose: str, seed_pool: list[int] | None = None
+) -> CascadeSettings:
     """The evaluator's settings for `purpose`: "child" (the selection seeds, the short run as
     configured), "seed" (seed programs: held-out too, no short run) or "confirm" (an elite
-    re-evaluated on `confirm_seeds`)."""
+    re-evaluated on `confirm_seeds` it was not trained on).
+
+    Training seeds: the config's pinned values (a confirmation's extended past them), or
+    drawn per batch from the run's secret `seed_pool` (evaluation/seeds.py)."""
     seeds = config.confirm_seeds if purpose == "confirm" else config.seeds
+    pinned = config.seed_values
+    if pinned and len(pinned) != seeds:
+        pinned = pinned_extension(pinned, seeds, ())
     return CascadeSettings(
         suite=config.suite,
         seeds=seeds,
+        seed_values=list(pinned) if pinned else None,
+        seed_pool=None if pinned else seed_pool,
         short_run_threshold=config.short_threshold,
         total_timesteps=config.timesteps,
         short_timesteps=config.short_timesteps,
@@ -31,9 +42,9 @@ def cascade_settings(config: DiscoverConfig, purpose: str) -> CascadeSettings:
         heldout=False if purpose == "child" else config.heldout,
         skip_short=config.skip_short if purpose == "child" else True,
         unsafe_no_sandbox=config.unsafe_no_sandbox,
-        # fixed probe inputs: evaluations (hence selection, hence resume) are reproducible, and
-        # runs with different search seeds share cached evaluations
-        probe_seed=0,
+        # probe inputs: fresh (unpredictable) for drawn seeds; fixed with pinned seeds, so a
+        # pinned run is reproducible to the last verdict
+        probe_seed=0 if pinned else None,
     )
 
 
@@ -63,7 +74,7 @@ class RowMaker:
             "task": self.task,
             "method": "discovery",
             "suite": self.config.suite,
-            "seeds": list(range(settings.seeds)),
+            "seeds": list(settings.seed_values or []),  # pinned; else set once trained
             "total_timesteps": self.config.timesteps,
             "eval_key": self.key(settings),
             "config_hash": suite_config_hash(self.config.suite, self.config.timesteps),

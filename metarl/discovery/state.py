@@ -101,6 +101,9 @@ class RunState:
     cost_usd: float = 0.0  # known LLM cost summed over the run
     proposer: dict[str, Any] | None = None  # the proposer's get_state()
     seed_ids: list[str] = field(default_factory=list)
+    # the run's secret pool of training seeds (evaluation/seeds.py): kept here so a resumed run
+    # draws from the same pool (and reuses its cached baselines); never shown or prompted
+    seed_pool: list[int] | None = None
 
     def to_dict(self) -> dict:
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}

@@ -1,8 +1,9 @@
 """The on-disk cache of baseline runs and random-policy returns: written by the parent only.
 
 A candidate's score is normalised against the task's baseline program trained with the *same*
-seeds, budget and config, so a baseline is needed for every (env, budget, seeds, config) a
-suite uses. Training it costs as much as a candidate; it is computed once, in a trainer worker
+seeds, budget and config, so a baseline is needed for every (env, budget, config) a suite uses
+and every training seed a batch draws; entries are per seed (evaluation/seeds.py). Training
+it costs as much as a candidate; it is computed once, in a trainer worker
 that never loads a candidate, sent back to the parent, and kept in a JSON file per key under the
 cache directory (METARL_CACHE_DIR, default ~/.cache/metarl). No sandboxed process is given the
 cache's path, and none can write outside its own tmpfs.
@@ -21,7 +22,6 @@ import math
 import os
 import tempfile
 from pathlib import Path
-from typing import Sequence
 
 from metarl import platform
 from metarl.rl.configs import PPOConfig
@@ -61,20 +61,22 @@ def _digest(payload: object, length: int = 24) -> str:
 
 def baseline_key(
     task_name: str,
-    seed_source_hash: str,
+    program_hash: str,
     config: PPOConfig,
-    seeds: Sequence[int],
+    training_seed: int,
     updates: int,
 ) -> str:
-    """The cache key of the baseline program's run on `config` stopped after `updates` updates
-    (a short run is the first segment of the full run, so it shares the config)."""
+    """The cache key of the baseline program's run on `config` with one training seed, stopped
+    after `updates` updates (a short run is the first segment of the full run, so it shares
+    the config). Per seed: a seed's returns do not depend on the seeds trained beside it, so a
+    batch's baseline is assembled from the seeds it draws and each is trained once."""
     return "baseline-" + _digest(
         {
             "task": task_name,
-            "seed": seed_source_hash,
+            "program": program_hash,
             "config": config.to_dict(),
             "updates": int(updates),
-            "seeds": [int(s) for s in seeds],
+            "training_seed": int(training_seed),
             "versions": library_versions(),
         }
     )

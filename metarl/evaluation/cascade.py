@@ -31,11 +31,15 @@ Each stage passes or stops the candidate with one clear reason, written for the 
 `workers` at a time), then the survivors are trained by one trainer, one compiled program per
 environment with a candidate index selecting the candidate (rl/training.py's BatchProgram), so a
 generation pays each environment's compile once. A candidate's numbers are the same in any
-batch (each is its own call of the program). A trainer that hangs, crashes or exceeds its memory
-takes its batch with it: the batch is split, the candidate that was running first, and each
-part retried in a fresh trainer with its own limit, until the culprit fails alone. Where the
-executor (executors.py) has several slots (one per pinned GPU, or Ray tasks on a cluster), the
-survivors are split into that many shares, trained at once.
+batch (each is its own call of the program). One candidate cannot take its batch down with it
+(evaluation/batch_training.py): each is pre-flighted alone at the training shapes before the
+shared compile (evaluation/preflight.py), runs on its own clock (the trainer is stopped when one
+candidate's programs run past that candidate's own limit), and a trainer that dies is blamed on
+the candidate whose programs were running, once it fails alone; the others are trained again
+without it and score as they would alone. Only what is reproducible without any candidate is an
+*evaluator fault* (`Outcome.evaluator_fault`). Where the executor (executors.py) has several
+slots (one per pinned GPU, or Ray tasks on a cluster), the survivors are split into that many
+shares, trained at once.
 
 Normalised score per environment = (R - R_random) / (R_baseline - R_random), where R is the mean
 over seeds of the final return, R_random the uniform random policy's return and R_baseline the
@@ -68,33 +72,30 @@ import math
 import secrets
 import threading
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
-from typing import Callable
+from dataclasses import dataclass, field, replace
+from typing import Callable, Sequence
 
 import numpy as np
 
 from metarl import platform
 from metarl.evaluation import baseline_cache
+from metarl.evaluation.batch_training import BatchTraining, OnEvent, verify_outcome
 from metarl.evaluation.executors import ExecutorSettings, make_executor
-from metarl.evaluation.outcome import (
-    MalformedResult,
-    Outcome,
-    aggregate_intervals,
-    env_score,
-    parse_outcome,
-)
+from metarl.evaluation.outcome import Outcome
 from metarl.evaluation.sandbox import WorkerResult, limits_dict
+from metarl.evaluation.seeds import SeedSource, TrainingSeeds
 from metarl.evaluation.settings import CascadeSettings, PlannedRun, Reference, plan_runs, validate
 from metarl.evaluation.static_check import check_task_source
 from metarl.evaluation.text import clean
 from metarl.rl.lpo import DriftSamples, drift_grid
-from metarl.rl.scoring import aggregate
 from metarl.rl.training import EnvRun
 from metarl.tasks import get_task
 from metarl.tasks.candidate import source_hash
 
 logger = logging.getLogger(__name__)
+__all__ = ["Evaluator", "SampleFailure", "evaluate_source", "verify_outcome"]  # the public API
 
 MAX_SAMPLE_POINTS = 512  # 512^2 values and slopes: ~12 MB of JSON, under the channel's 16 MB
 
@@ -152,8 +153,15 @@ class Evaluator:
         )
         self.workers = max(1, int(workers), self._executor.slots)
         self._slots = threading.BoundedSemaphore(self.workers)
-        self._references: dict[tuple[str, str], Reference] = {}
+        # the batches' training seeds: pinned, or drawn from a secret pool (evaluation/seeds.py)
+        self.seeds = SeedSource(settings.seeds, settings.seed_values, settings.seed_pool)
+        # (task, segment key, seed) -> the baseline's run on that seed; env -> random return
+        self._baseline_runs: dict[tuple[str, str, int], dict] = {}
+        self._randoms: dict[str, float] = {}
         self._references_lock = threading.Lock()
+        self._batches = BatchTraining(
+            settings, self.platform, self._run_trainer, self._batch_settings
+        )
 
     # -- context manager ------------------------------------------------------------------------
     def __enter__(self) -> "Evaluator":
@@ -166,36 +174,58 @@ class Evaluator:
         self._executor.close()
 
     # -- references (baselines, random returns) -------------------------------------------------
-    def references(self, task) -> dict[str, Reference]:
-        """PlannedRun.key -> Reference for every planned segment; trains missing baselines.
+    def references(self, task, seeds: Sequence[int] | None = None) -> dict[str, Reference]:
+        """PlannedRun.key -> Reference for every planned segment on training seeds `seeds`
+        (default: a fresh draw); trains the baseline on the seeds it has not seen yet.
+
+        Baselines are kept per (segment, seed): in memory here and on disk in the baseline
+        cache, so each seed of the pool is trained once (evaluation/seeds.py).
 
         Raises:
             RuntimeError: the baseline program could not be trained (an evaluator fault).
         """
         task_obj = _resolve_task(task)
         plan = plan_runs(self.settings)
-        seeds = list(range(int(self.settings.seeds)))
+        values = [int(s) for s in seeds] if seeds is not None else self.seeds.draw().as_list()
         program = source_hash(task_obj.baseline_program().source)
         with self._references_lock:
-            missing = []
+            missing = set()
             for entry in plan:
-                if (task_obj.name, entry.key) in self._references:
-                    continue
-                run = baseline_cache.load(_baseline_key(task_obj, program, entry, seeds))
-                random = baseline_cache.load(baseline_cache.random_key(entry.config.env_name))
-                if run is None or random is None:
-                    missing.append(entry.key)
-                    continue
-                self._references[(task_obj.name, entry.key)] = _reference(run, random["return"])
+                env = entry.config.env_name
+                if env not in self._randoms:
+                    random = baseline_cache.load(baseline_cache.random_key(env))
+                    if random is not None:
+                        self._randoms[env] = float(random["return"])
+                for seed in values:
+                    slot = (task_obj.name, entry.key, seed)
+                    if slot in self._baseline_runs:
+                        continue
+                    run = baseline_cache.load(_baseline_key(task_obj, program, entry, seed))
+                    if run is None:
+                        missing.add(seed)
+                    else:
+                        self._baseline_runs[slot] = run
+                if env not in self._randoms:
+                    missing.update(values)
             if missing:
-                self._train_baselines(task_obj, plan, sorted(set(missing)), program, seeds)
-            return {entry.key: self._references[(task_obj.name, entry.key)] for entry in plan}
+                self._train_baselines(task_obj, plan, sorted(missing), program)
+            return {
+                entry.key: _reference(
+                    [self._baseline_runs[(task_obj.name, entry.key, s)] for s in values],
+                    self._randoms[entry.config.env_name],
+                )
+                for entry in plan
+            }
 
-    def _train_baselines(self, task, plan, keys, program, seeds) -> None:
+    def _train_baselines(self, task, plan, seeds: list[int], program: str) -> None:
+        """Train the baseline program on every planned segment for `seeds`, in one trainer
+        that never sees a candidate; cache each (segment, seed) run and each random return."""
+        settings = self._batch_settings(seeds)
+        keys = sorted({entry.key for entry in plan})
         job = {
             "kind": "baseline",
             "task": task.name,
-            "settings": self.settings.job_settings(),
+            "settings": settings.job_settings(),
             "keys": keys,
             "platform": self.platform,
         }
@@ -209,21 +239,26 @@ class Evaluator:
         by_key = {entry.key: entry for entry in plan}
         for data in payload.get("runs", []):
             entry = by_key[data.pop("key")]
+            seed = int(data.pop("seed"))
             random_return = float(payload["random"][entry.config.env_name])
             for derived in ("mean", "std", "steps_per_s"):
                 data.pop(derived, None)
             if data.get("nonfinite_update") is not None:
                 raise RuntimeError(f"the {task.name} baseline diverged on {entry.config.env_name}")
-            baseline_cache.save(_baseline_key(task, program, entry, seeds), data)
+            if data.get("seeds") != [seed]:
+                raise RuntimeError(f"the {task.name} baseline run of seed {seed} is malformed")
+            baseline_cache.save(_baseline_key(task, program, entry, seed), data)
             baseline_cache.save(
                 baseline_cache.random_key(entry.config.env_name),
                 {"env": entry.config.env_name, "return": random_return},
             )
-            self._references[(task.name, entry.key)] = _reference(data, random_return)
+            self._baseline_runs[(task.name, entry.key, seed)] = data
+            self._randoms[entry.config.env_name] = random_return
 
-    def baseline(self, task: str) -> dict:
-        """The task's baseline program on every env of the suite (cached): env -> EnvRun."""
-        references = self.references(task)
+    def baseline(self, task: str, seeds: Sequence[int] | None = None) -> dict:
+        """The task's baseline program on every env of the suite (cached) on `seeds` (default:
+        a fresh draw): env -> EnvRun."""
+        references = self.references(task, seeds)
         runs = {}
         for entry in plan_runs(self.settings):
             if entry.stage == "full":
@@ -232,6 +267,11 @@ class Evaluator:
                 run.extra["random_mean"] = reference.random_mean
                 runs[entry.config.env_name] = run
         return runs
+
+    def _batch_settings(self, seeds: Sequence[int]) -> CascadeSettings:
+        """The settings a batch's jobs carry: these training seeds, no pool."""
+        values = [int(s) for s in seeds]
+        return replace(self.settings, seeds=len(values), seed_values=values, seed_pool=None)
 
     # -- the cascade -----------------------------------------------------------------------------
     def evaluate(
@@ -254,9 +294,16 @@ class Evaluator:
         task: str,
         known_fingerprints: dict[str, str] | None = None,
         progress: Callable[[int, str], None] | None = None,
+        seeds: Sequence[int] | None = None,
+        exclude_seeds: Sequence[int] = (),
     ) -> list[Outcome]:
         """Run the cascade on every source; one Outcome each, in order. Never raises for
         anything a candidate does.
+
+        The batch's candidates and its baseline train on the same training seeds: `seeds`
+        when given (re-running recorded ones), else drawn for this batch (pinned values, or
+        values from the secret pool not in `exclude_seeds`; evaluation/seeds.py). Each score
+        records them.
 
         The static check runs here, then each candidate is traced in its own sandboxed tracer
         (`workers` at a time); the candidates whose artifacts came back are trained together
@@ -272,9 +319,17 @@ class Evaluator:
                 of them on the probe batch stops after the probes as a duplicate.
             progress: `progress(index, stage)` as candidate `index` enters "static",
                 "probes", "short" or "full".
+            seeds: the training seed values to use (default: drawn).
+            exclude_seeds: values a drawn set must avoid (a confirmation's earlier seeds).
         """
         task_obj = _resolve_task(task)
-        candidates = [_Pending(index, source) for index, source in enumerate(sources)]
+        if seeds is None:
+            drawn = self.seeds.draw(exclude=exclude_seeds)
+        else:
+            drawn = TrainingSeeds(
+                tuple(int(s) for s in seeds), pinned=self.seeds.pinned is not None
+            )
+        candidates = [_Pending(index, source, seeds=drawn) for index, source in enumerate(sources)]
 
         def announce(candidate: _Pending, stage: str) -> None:
             if progress:
@@ -292,28 +347,17 @@ class Evaluator:
         ready = [c for c in candidates if c.outcome is None]
         if ready:
             try:
-                references = self.references(task_obj)
+                references = self.references(task_obj, drawn.values)
             except (RuntimeError, OSError, KeyError, ValueError) as error:
                 logger.exception("baseline for %s failed", task_obj.name)
                 for candidate in ready:
-                    candidate.outcome = Outcome.failure(
-                        "probes", f"internal evaluator error (baseline): {error}"
-                    )
+                    reason = f"the baseline could not be trained: {error}"
+                    candidate.outcome = Outcome.evaluator_fault(reason)
             else:
-                self._train_shares(task_obj, ready, references, known_fingerprints or {}, announce)
+                known = known_fingerprints or {}
+                slots = self._executor.slots
+                self._batches.train_shares(task_obj, ready, references, known, announce, slots)
         return [self._finish(candidate) for candidate in candidates]
-
-    def _train_shares(self, task, ready, references, known, announce) -> None:
-        """Train `ready` as the executor's `slots` contiguous shares at once (one per device or
-        Ray task); one share, today's single trainer job, when there is one slot."""
-        shares = min(self._executor.slots, len(ready))
-        if shares <= 1:
-            self._train(task, ready, references, known, announce)
-            return
-        size = -(-len(ready) // shares)
-        parts = [ready[start : start + size] for start in range(0, len(ready), size)]
-        with ThreadPoolExecutor(len(parts), thread_name_prefix="metarl-train") as pool:
-            list(pool.map(lambda part: self._train(task, part, references, known, announce), parts))
 
     def _check(self, candidate: "_Pending", task) -> None:
         """Stage 1, here: the static check of the source (never executes it)."""
@@ -362,7 +406,9 @@ class Evaluator:
         # the trainer probes the artifact on inputs the tracer never saw
         fixed = settings.probe_seed is not None
         candidate.train_probe_seed = (probe_seed + 1) % 2**31 if fixed else secrets.randbelow(2**31)
-        if failure is not None:
+        if failure is not None and traced.status == "startup":  # no candidate code ran
+            candidate.outcome = Outcome.evaluator_fault(failure)
+        elif failure is not None:
             candidate.outcome = Outcome.failure("probes", failure)
             # the tracer's phases; its wall time is "trace" (the trainer's is "sandbox")
             candidate.timings.update({k: v for k, v in traced.timings.items() if k != "sandbox"})
@@ -407,114 +453,20 @@ class Evaluator:
         ratio = np.asarray(grid.ratio, np.float32)
         return DriftSamples(ratio, np.asarray(grid.advantage, np.float32), value, slope)
 
-    def _train(
-        self,
-        task,
-        batch: list["_Pending"],
-        references: dict[str, Reference],
-        known: dict[str, str],
-        announce: Callable[["_Pending", str], None],
-    ) -> None:
-        """Stages 2-4's trusted half for `batch` in one trainer; split the batch on a crash."""
-        plan = plan_runs(self.settings)
-        limit = self.training_limit(plan, references, len(batch))
-        active: dict[str, int] = {}
-
-        def on_event(message: dict) -> bool:
-            index = message.get("index")
-            if message.get("event") != "stage" or not isinstance(index, int):
-                return False
-            if 0 <= index < len(batch) and message.get("stage") in ("probes", "short", "full"):
-                active["index"] = index
-                if message["stage"] != "probes":
-                    announce(batch[index], message["stage"])
-            return False
-
-        job = {
-            "kind": "evaluate",
-            "task": task.name,
-            "artifacts": [c.artifact for c in batch],
-            "probe_seeds": [c.train_probe_seed for c in batch],
-            "known_fingerprints": known,
-            "settings": self.settings.job_settings(),
-            "platform": self.platform,
-            "references": [
-                {"key": key, "baseline_mean": r.baseline_mean, "random_mean": r.random_mean}
-                for key, r in references.items()
-            ],
-        }
+    def _run_trainer(self, job: dict, limit: float, on_event: OnEvent | None) -> WorkerResult:
+        """One trainer job on the executor (one of the `workers` slots)."""
         with self._slots:
-            run = self._executor.run("trainer", job, limit, on_event)
-        for position, candidate in enumerate(batch):
-            candidate.sandbox.update(
-                worker_pid=run.pid,
-                workdir=run.workdir,
-                worker_exit=run.returncode,
-                status=run.status,
-                train_limit_s=limit,
-                batch={"size": len(batch), "position": position},
-            )
-            candidate.timings.update(run.timings)
-        failure = _training_failure(run)
-        if failure is None:
-            self._read_outcomes(run, batch, plan, references)
-            return
-        if len(batch) == 1:
-            stage = run.stage if run.stage in ("probes", "short", "full") else "probes"
-            batch[0].outcome = Outcome.failure(stage, failure)
-            return
-        # Split: the candidate that was running when the trainer died alone, then the rest
-        # (halves when nobody was running); each part gets its own trainer and limit.
-        culprit = active.get("index")
-        parts = (
-            [[batch[culprit]], batch[:culprit] + batch[culprit + 1 :]]
-            if culprit is not None
-            else [batch[: len(batch) // 2], batch[len(batch) // 2 :]]
-        )
-        logger.warning(
-            "a trainer batch of %d failed (%s); splitting it into %s",
-            len(batch),
-            failure,
-            [len(part) for part in parts],
-        )
-        for part in parts:
-            self._train(task, part, references, known, announce)
-
-    def _read_outcomes(self, run: WorkerResult, batch, plan, references) -> None:
-        """Each candidate's Outcome from the trainer's result, validated and rescored here."""
-        payload = run.result.get("payload")
-        outcomes = payload.get("outcomes") if isinstance(payload, dict) else None
-        if not isinstance(outcomes, list) or len(outcomes) != len(batch):
-            logger.error("malformed trainer result: %r", str(payload)[:500])
-            for candidate in batch:
-                candidate.outcome = Outcome.failure(
-                    "probes", "internal evaluator error: malformed result"
-                )
-            return
-        for candidate, data in zip(batch, outcomes):
-            try:
-                candidate.outcome = verify_outcome(
-                    parse_outcome(data), plan, references, self.settings
-                )
-            except MalformedResult as error:
-                logger.error("malformed trainer result: %s", error)
-                candidate.outcome = Outcome.failure(
-                    "probes", f"internal evaluator error: malformed result ({error})"
-                )
+            return self._executor.run("trainer", job, limit, on_event)
 
     def training_limit(
         self, plan: list[PlannedRun], references: dict[str, Reference], candidates: int = 1
     ) -> float:
-        """Seconds for stages 2b-4 of `candidates` candidates trained together: scaled from
-        the baseline's time for the same runs (`train_timeout_factor` x, at most `timeout_s`
-        per candidate), at least `train_timeout_floor_s`."""
-        settings = self.settings
-        work = sum(references[entry.key].seconds for entry in plan if entry.stage == "full")
-        per_candidate = min(settings.timeout_s, settings.train_timeout_factor * work)
-        return max(settings.train_timeout_floor_s, per_candidate * candidates)
+        """Seconds for stages 2b-4 of `candidates` candidates trained together
+        (BatchTraining.training_limit)."""
+        return self._batches.training_limit(plan, references, candidates)
 
     def _finish(self, candidate: "_Pending") -> Outcome:
-        outcome = candidate.outcome or Outcome.failure("probes", "internal evaluator error")
+        outcome = candidate.outcome or Outcome.evaluator_fault("no verdict was reached")
         outcome.reason = clean(outcome.reason, 4000)
         outcome.warnings = [clean(w, 2000) for w in candidate.warnings + outcome.warnings]
         trainer_timings = outcome.timings
@@ -525,6 +477,7 @@ class Evaluator:
         outcome.timings["total"] = time.perf_counter() - candidate.started
         outcome.sandbox = candidate.sandbox
         outcome.stdout = clean(candidate.output, self.settings.limits().output_chars)
+        outcome.seeds_pinned = bool(candidate.seeds is not None and candidate.seeds.pinned)
         return outcome
 
 
@@ -542,32 +495,41 @@ class _Pending:
     timings: dict[str, float] = field(default_factory=dict)
     sandbox: dict = field(default_factory=dict)
     output: str = ""
+    seeds: TrainingSeeds | None = None  # the batch's training seeds
 
 
-def _baseline_key(task, program: str, entry: PlannedRun, seeds: list[int]) -> str:
-    return baseline_cache.baseline_key(task.name, program, entry.config, seeds, entry.updates)
+def _baseline_key(task, program: str, entry: PlannedRun, seed: int) -> str:
+    return baseline_cache.baseline_key(task.name, program, entry.config, seed, entry.updates)
 
 
-def _training_failure(run: WorkerResult) -> str | None:
-    """Why the trainer gave no usable result for its batch, or None when it did."""
-    if run.status != "ok":
-        return run.reason or f"stopped ({run.status})"
-    if run.result.get("kind") != "evaluate":
-        payload = run.result.get("payload")
-        error = payload.get("error") if isinstance(payload, dict) else None
-        logger.error("trainer error: %s", payload)
-        return f"internal evaluator error in stage {run.stage}: {error}"
-    return None
-
-
-def _reference(run: dict, random_return: float) -> Reference:
-    returns = run["final_returns"]
+def _reference(runs: list[dict], random_return: float) -> Reference:
+    """A batch's reference from the baseline's per-seed runs (in the batch's seed order)."""
+    returns = [float(run["final_returns"][0]) for run in runs]
+    first = runs[0]
+    curves = np.array([_curve(run, "curve") for run in runs], dtype=np.float64)
+    with warnings.catch_warnings():  # a point no seed reached is NaN
+        warnings.simplefilter("ignore", RuntimeWarning)
+        curve = np.nanmean(curves, axis=0) if curves.size else np.array([])
+        curve_std = np.nanstd(curves, axis=0) if curves.size else np.array([])
+    combined = {
+        **first,
+        "seeds": [int(run["seeds"][0]) for run in runs],
+        "final_returns": returns,
+        "curve": [float(x) if math.isfinite(x) else None for x in curve],
+        "curve_std": [float(x) if math.isfinite(x) else None for x in curve_std],
+        "compile_s": max(float(run.get("compile_s", 0.0)) for run in runs),
+        "run_s": max(float(run.get("run_s", 0.0)) for run in runs),
+    }
     return Reference(
         baseline_mean=float(sum(returns) / len(returns)),
         random_mean=float(random_return),
-        seconds=float(run.get("compile_s", 0.0)) + float(run.get("run_s", 0.0)),
-        run=run,
+        seconds=combined["compile_s"] + combined["run_s"],
+        run=combined,
     )
+
+
+def _curve(run: dict, name: str) -> list[float]:
+    return [math.nan if x is None else float(x) for x in run.get(name) or []]
 
 
 def _read_trace(run: WorkerResult) -> tuple[object, list[str], str | None]:
@@ -623,67 +585,6 @@ def _floats(data: object, size: int, name: str) -> np.ndarray:
     if not np.all(np.isfinite(array)):
         raise SampleFailure("sample", f"the tracer sent a malformed result (non-finite {name}s)")
     return array
-
-
-def verify_outcome(
-    outcome: Outcome,
-    plan: list[PlannedRun],
-    references: dict[str, Reference],
-    settings: CascadeSettings,
-) -> Outcome:
-    """Recompute every score from the raw returns and this process's own references.
-
-    The trainer's own normalised scores, fitness and short-run verdict are replaced by the ones
-    computed here; a result that does not follow the plan is malformed.
-
-    Raises:
-        MalformedResult: when the runs do not match the plan.
-    """
-    # a short run that is the whole run on its env appears once, as that env's "full" score
-    scored = [
-        entry
-        for i, entry in enumerate(plan)
-        if not (i > 0 and entry.stage == "full" and entry.key == plan[i - 1].key)
-    ]
-    scores = []
-    for index, score in enumerate(outcome.env_scores):
-        if index >= len(scored) or score.env != scored[index].config.env_name:
-            raise MalformedResult(f"env score {index} ({score.env}) is not the planned run")
-        entry = scored[index]
-        if score.total_timesteps != entry.steps or score.seeds != list(range(settings.seeds)):
-            raise MalformedResult(f"env score {index} has the wrong budget or seeds")
-        reused = entry.stage == "short" and entry.key in {e.key for e in plan if e.stage == "full"}
-        if score.stage not in ("short", "full") or (
-            score.stage != entry.stage and not (reused and score.stage == "full")
-        ):
-            raise MalformedResult(f"env score {index} has stage {score.stage!r}")
-        reference = references[entry.key]
-        raw = asdict(score)
-        raw["final_returns"] = raw.pop("returns")
-        scores.append(
-            env_score(
-                raw, reference.baseline_mean, reference.random_mean, entry.heldout, score.stage
-            )
-        )
-    outcome.env_scores = scores
-    short = [s for i, s in enumerate(scores) if scored[i].stage == "short"]
-    threshold = settings.short_run_threshold
-    outcome.fitness = outcome.heldout = outcome.fitness_ci = outcome.heldout_ci = None
-    if outcome.passed:
-        if len(scores) != len(scored):
-            raise MalformedResult(f"{len(scores)} env scores for {len(scored)} planned runs")
-        for score in short:
-            if score.normalised is not None and score.normalised < threshold:
-                raise MalformedResult("a passed candidate is below the short-run threshold")
-        full = [s for s in scores if s.stage == "full"]
-        train = [s.normalised for s in full if not s.heldout and s.normalised is not None]
-        held = [s.normalised for s in full if s.heldout and s.normalised is not None]
-        outcome.fitness = aggregate(train) if train else None
-        outcome.heldout = aggregate(held) if held else None
-        outcome.fitness_ci, outcome.heldout_ci = aggregate_intervals(full)
-        if outcome.fitness is not None and not math.isfinite(outcome.fitness):
-            outcome.fitness = outcome.fitness_ci = None
-    return outcome
 
 
 def evaluate_source(source: str, task: str, settings: CascadeSettings) -> Outcome:

@@ -70,10 +70,20 @@ class Outcome:
     stdout: str = ""  # the candidate's captured (truncated) output, for debugging only
     # how the sandbox ran it: which network isolation held, limits, probe seed, worker exit
     sandbox: dict = field(default_factory=dict)
+    # whether the training seeds (each EnvScore's `seeds`) were pinned by the user
+    # (`--seed-values`) rather than drawn unpredictably (evaluation/seeds.py); set by the parent
+    seeds_pinned: bool = False
+    # whose failure it is (FAULTS): "candidate" (its own reason; learners score it as a
+    # failure) or "evaluator" (reproducible without the candidate: a baseline that cannot
+    # train, a malformed result from trusted code, a worker that never started; it says
+    # nothing about the candidate). Set by the parent only (a trainer cannot declare one).
+    fault: str = "candidate"
 
     def __post_init__(self) -> None:
         if self.stage not in STAGES:
             raise ValueError(f"unknown stage {self.stage!r}; stages: {', '.join(STAGES)}")
+        if self.fault not in FAULTS:
+            raise ValueError(f"unknown fault {self.fault!r}; faults: {', '.join(FAULTS)}")
 
     def to_dict(self) -> dict:
         """The outcome as JSON-ready data (non-finite numbers become None)."""
@@ -82,31 +92,56 @@ class Outcome:
 
     @classmethod
     def from_dict(cls, data: dict) -> "Outcome":
-        """An outcome from `to_dict`'s data (trusted: the archive's own rows)."""
+        """An outcome from `to_dict`'s data (trusted: the archive's own rows). Rows from
+        before `fault` was recorded get the fault their reason and sandbox show."""
         data = dict(data)
         data["env_scores"] = [EnvScore(**e) for e in data.get("env_scores", [])]
+        if "fault" not in data:
+            data["fault"] = _legacy_fault(data)
         return cls(**data)
 
     @classmethod
     def failure(cls, stage: str, reason: str, **extra) -> "Outcome":
-        """A candidate stopped at `stage` for `reason`."""
+        """A candidate stopped at `stage` for `reason` (the candidate's fault)."""
         return cls(passed=False, stage=stage, reason=reason, **extra)
 
+    @classmethod
+    def evaluator_fault(cls, reason: str, stage: str = "probes", **extra) -> "Outcome":
+        """The evaluator failed at `stage` for `reason`, not the candidate: the verdict says
+        nothing about it (reproducible without any candidate)."""
+        return cls(
+            passed=False,
+            stage=stage,
+            reason=f"{EVALUATOR_FAULT}: {reason}",
+            fault="evaluator",
+            **extra,
+        )
 
-# The prefix of every reason that blames the evaluator, not the candidate (cascade.py)
+
+# Whose fault a failed evaluation is (Outcome.fault)
+FAULTS = ("candidate", "evaluator")
+# The prefix of every evaluator fault's reason (the proposer and the archive read it)
 EVALUATOR_FAULT = "internal evaluator error"
 
 
 def evaluator_fault(outcome: Outcome) -> bool:
-    """Whether `outcome` says nothing about the candidate: the evaluator itself failed (a
-    malformed worker result, a baseline that could not be trained) or a sandbox worker never
-    started. Methods that learn from verdicts (GRPO's reward) leave such candidates out."""
-    if outcome.passed:
-        return False
-    if (outcome.reason or "").startswith(EVALUATOR_FAULT):
-        return True
-    sandbox = outcome.sandbox or {}
-    return "startup" in (sandbox.get("status"), sandbox.get("tracer_status"))
+    """Whether `outcome` says nothing about the candidate (`Outcome.fault` is "evaluator").
+    Methods that learn from verdicts (GRPO's reward) leave such candidates out."""
+    return not outcome.passed and outcome.fault == "evaluator"
+
+
+def _legacy_fault(data: dict) -> str:
+    """The fault of an archived outcome written before `fault` existed: an evaluator fault
+    when its reason had the evaluator-error prefix or a sandbox worker never started."""
+    if data.get("passed"):
+        return "candidate"
+    sandbox = data.get("sandbox") or {}
+    if str(data.get("reason") or "").startswith(EVALUATOR_FAULT) or "startup" in (
+        sandbox.get("status"),
+        sandbox.get("tracer_status"),
+    ):
+        return "evaluator"
+    return "candidate"
 
 
 class MalformedResult(ValueError):
@@ -265,6 +300,8 @@ def parse_outcome(data: object) -> Outcome:
         raise MalformedResult(f"unknown keys {sorted(unknown)[:5]}")
     if not isinstance(data.get("passed"), bool) or data.get("stage") not in WORKER_STAGES:
         raise MalformedResult("passed/stage missing or of the wrong type")
+    if data.get("fault", "candidate") != "candidate":
+        raise MalformedResult("a worker cannot declare an evaluator fault")
     for key in ("reason", "fingerprint", "duplicate_of"):
         if data.get(key) is not None and not isinstance(data[key], str):
             raise MalformedResult(f"{key} is not a string")

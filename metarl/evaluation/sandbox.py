@@ -82,6 +82,7 @@ CACHE_ENVVAR = "METARL_XLA_CACHE"  # tells the worker (a trainer) to use it
 # per-update returns with its artifact, is well under 1 MB; a longer line is garbled output,
 # dropped while it streams (a 64 MB forged line costs the parent no more than its reading).
 MAX_MESSAGE_BYTES = 16 << 20
+TICK = {"event": "tick"}  # what `on_event` sees while no message arrives (WorkerProcess.run)
 _SECRET_PATTERN = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
 _ENV_ALLOW = re.compile(
     r"^(PATH|PYTHONPATH|LANG|LANGUAGE|LC_[A-Z]+|TZ|VIRTUAL_ENV|XLA_FLAGS|XLA_PYTHON_CLIENT_.*|"
@@ -465,8 +466,10 @@ class WorkerProcess:
     ) -> WorkerResult:
         """Hand `job` to the worker and wait for its result, at most `timeout_s` s of wall clock.
 
-        `on_event(message)` sees every progress message; returning True stops the worker at once
-        (status "stopped"). The worker is always killed (with its process group) afterwards.
+        `on_event(message)` sees every progress message, and `{"event": "tick"}` (made here,
+        never read from the worker) whenever 0.1 s pass without one, so that the caller can
+        enforce deadlines of its own while the job runs; returning True stops the worker at
+        once (status "stopped"). The worker is always killed (with its process group) afterwards.
         """
         timings: dict = {}
         start_wait = time.perf_counter()
@@ -536,6 +539,8 @@ class WorkerProcess:
                 if on_event is not None and message.get("event") != "result":
                     if on_event(message):
                         stop = True
+            if on_event is not None and not messages and final is None and on_event(dict(TICK)):
+                stop = True
             if final is not None:
                 result.status = "ok"
                 result.result = final

@@ -11,6 +11,7 @@ import os
 from dataclasses import asdict, dataclass
 
 from metarl.evaluation.baseline_cache import compilation_cache_dir
+from metarl.evaluation.seeds import check_values
 from metarl.rl.configs import PPOConfig
 from metarl.rl.suites import get_suite
 
@@ -48,7 +49,14 @@ class CascadeSettings:
     """
 
     suite: str = "classic"
-    seeds: int = 4  # number of seeds; seed values 0..seeds-1 (deterministic)
+    seeds: int = 4  # number of training seeds per evaluation (values drawn: evaluation/seeds.py)
+    # pinned training seed values (`--seed-values`; recorded as pinned); None: each batch
+    # draws `seeds` values from the secret pool. The evaluator sets them per batch before any
+    # job leaves the parent, so the stages always train on explicit values.
+    seed_values: list[int] | None = None
+    # the secret pool batches draw from (a run's, kept in its state); None: the evaluator
+    # draws one. Never sent to a worker, logged or part of an evaluation key.
+    seed_pool: list[int] | None = None
     # stop after stage 3 when the normalised score on the suite's first env is below this
     # (0 = random policy, 1 = the task's baseline seed, same seeds and budget)
     short_run_threshold: float = 0.25
@@ -86,8 +94,24 @@ class CascadeSettings:
         )
 
     def job_settings(self) -> dict:
-        """The settings as a JSON-ready dict (sent to the worker, which rebuilds them)."""
-        return asdict(self)
+        """The settings as a JSON-ready dict (sent to the worker, which rebuilds them); the
+        secret seed pool stays here."""
+        data = asdict(self)
+        data["seed_pool"] = None
+        return data
+
+    def training_seeds(self) -> list[int]:
+        """The seed values a trainer trains on: `seed_values` (set per batch by the evaluator).
+
+        Raises:
+            ValueError: no values were set (seeds are never implied as 0..seeds-1).
+        """
+        if not self.seed_values:
+            raise ValueError(
+                "no training seed values: the evaluator draws them per batch "
+                "(CascadeSettings.seed_values)"
+            )
+        return [int(seed) for seed in self.seed_values]
 
 
 @dataclass(frozen=True)
@@ -163,6 +187,13 @@ def validate(settings: CascadeSettings) -> None:
             )
     if int(settings.seeds) < 1:
         raise ValueError("seeds must be at least 1")
+    if settings.seed_values is not None:
+        check_values(settings.seed_values)  # SeedError, a ValueError
+        if len(settings.seed_values) != int(settings.seeds):
+            raise ValueError(
+                f"{len(settings.seed_values)} seed values for {settings.seeds} seeds; pass "
+                "as many values as seeds (or only the values)"
+            )
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from typing import Callable
 import numpy as np
 
 from metarl.evaluation.outcome import EnvScore, Outcome, env_score
+from metarl.evaluation.preflight import compile_group
 from metarl.evaluation.settings import CascadeSettings, PlannedRun, plan_runs
 from metarl.rl.artifact import ArtifactRejected, decode, encode, export_variants, load_variants
 from metarl.rl.configs import PPOConfig
@@ -311,6 +312,7 @@ class _Candidate:
     index: int
     function: Callable
     outcome: Outcome
+    artifact: object = None  # the encoded artifact it was loaded from (for the pre-flight)
 
 
 def _add(timings: dict[str, float], key: str, seconds: float) -> None:
@@ -370,32 +372,38 @@ def _train_group(
     settings: CascadeSettings,
     references: dict[str, dict],
     report: Report,
+    platform: str = "cpu",
+    isolate: bool = False,
 ) -> list[_Candidate]:
-    """Train every live candidate through one run's segments with one compiled program.
+    """Train every live candidate through one run's segments with one compiled program (with
+    `isolate`, one each) after its pre-flight (preflight.py), between `active` events.
 
     Returns:
         The candidates still alive afterwards; the others' outcomes say why they stopped.
     """
-    seeds = list(range(int(settings.seeds)))
+    seeds = settings.training_seeds()
     threshold = float(settings.short_run_threshold)
     config = group[0].config
-    functions = [c.function for c in alive]
-    start = time.perf_counter()
-    program = BatchProgram(config, lambda i: task.select(functions, i), len(alive), seeds)
-    compile_share = (time.perf_counter() - start) / len(alive)
+    compiled = compile_group(task, config, alive, seeds, platform, isolate, report, group[0].stage)
     survivors = []
     for position, candidate in enumerate(alive):
         outcome = candidate.outcome
+        compile_share = compiled.compile_s[position]
         _add(outcome.timings, "compile", compile_share)
+        if position in compiled.failures:  # broke the pre-flight or its own compile
+            outcome.stage, outcome.reason = group[0].stage, compiled.failures[position]
+            continue
+        program, slot = compiled.programs[position]
+        report("active", index=candidate.index, stage=group[0].stage)
         try:
-            runner, done = program.start(position), 0
+            runner, done = program.start(slot), 0
             for entry in group:
                 if entry.updates == done:  # the short run was the whole run: it is the full run
                     outcome.env_scores[-1].stage = "full"
                     continue
                 outcome.stage = entry.stage
                 report("stage", index=candidate.index, stage=entry.stage)
-                runner, run = program.advance(runner, position, entry.updates)
+                runner, run = program.advance(runner, slot, entry.updates)
                 done = entry.updates
                 _add(outcome.timings, "run", run.run_s)
                 _add(outcome.timings, entry.stage, run.run_s)
@@ -424,6 +432,8 @@ def _train_group(
             outcome.reason = describe_exception(
                 error, f"training on {config.env_name} ({config.total_timesteps} steps)"
             )
+        finally:
+            report("active", index=None)
     return survivors
 
 
@@ -436,6 +446,7 @@ def evaluate_artifacts(
     platform: str,
     known_fingerprints: dict[str, str] | None = None,
     report: Report = ignore,
+    isolate: bool = False,
 ) -> list[Outcome]:
     """Stages 2-4 for a batch of exported candidates; never executes candidate Python.
 
@@ -454,7 +465,9 @@ def evaluate_artifacts(
         platform: the JAX platform the artifacts were exported for.
         known_fingerprints: fingerprint -> candidate id; a candidate behaving like one of them
             stops after the probes as its duplicate.
-        report: receives `stage` and `fingerprint` events, each with the candidate's `index`.
+        report: receives `stage`, `fingerprint` and `active` events (preflight.py), each with
+            a candidate's `index` (`active`: whose programs run from now on, or None).
+        isolate: compile each candidate's training program alone.
 
     Returns:
         One Outcome per artifact, in order.
@@ -463,16 +476,21 @@ def evaluate_artifacts(
     outcomes: list[Outcome] = []
     alive: list[_Candidate] = []
     for index, (artifact, probe_seed) in enumerate(zip(artifacts, probe_seeds)):
-        prepared = _prepare(task, index, artifact, probe_seed, platform, known, report)
+        report("active", index=index, stage="probes")
+        try:
+            prepared = _prepare(task, index, artifact, probe_seed, platform, known, report)
+        finally:
+            report("active", index=None)
         if isinstance(prepared, Outcome):
             outcomes.append(prepared)
         else:
+            prepared.artifact = artifact
             outcomes.append(prepared.outcome)
             alive.append(prepared)
     for group in group_by_config(plan_runs(settings)):
         if not alive:
             break
-        alive = _train_group(task, group, alive, settings, references, report)
+        alive = _train_group(task, group, alive, settings, references, report, platform, isolate)
     for candidate in alive:
         outcome = candidate.outcome
         outcome.passed, outcome.stage = True, "full"
@@ -506,7 +524,8 @@ def train_baselines(
     platform: str,
     report: Report = ignore,
 ) -> BaselineRuns:
-    """The task's baseline program on the requested segments, and each env's random return.
+    """The task's baseline program on the requested segments, and each env's random return,
+    on the settings' training seeds, summarised per seed (the parent caches per seed).
 
     The baseline is the task's baseline seed program (trusted source) exported, loaded and
     trained exactly as a candidate's is (the same segments of the same kind of program), so a
@@ -520,7 +539,8 @@ def train_baselines(
         report: receives `stage` events.
 
     Returns:
-        The runs (each with its `key`) and the random-policy return of every env they cover.
+        The runs (one per segment and seed, each with its `key` and `seed`) and the
+        random-policy return of every env they cover.
 
     Raises:
         StageFailure: the baseline program broke an invariant (a bug, not a candidate's fault).
@@ -531,7 +551,7 @@ def train_baselines(
     )
     blobs = export_variants(per_element, task.element_signature, platform)
     function = task.assemble(load_variants(blobs, task.element_signature, platform))
-    seeds = list(range(int(settings.seeds)))
+    seeds = settings.training_seeds()
     wanted = set(keys)
     clock.enter("full")
     runs, randoms = [], {}
@@ -546,11 +566,12 @@ def train_baselines(
             if runner is None or entry.key not in wanted:
                 continue
             wanted.discard(entry.key)
-            runner, run = program.advance(runner, 0, entry.updates)
-            run.compile_s = program.compile_s
-            check_run(run, config)
-            clock.add("run", run.run_s)
-            runs.append({"key": entry.key, **run.to_dict()})
+            runner, per_seed = program.advance_per_seed(runner, 0, entry.updates)
+            clock.add("run", per_seed[0].run_s)
+            for seed, run in zip(seeds, per_seed):
+                run.compile_s = program.compile_s
+                check_run(run, config)
+                runs.append({"key": entry.key, "seed": seed, **run.to_dict()})
         if config.env_name not in randoms:
             start = time.perf_counter()
             randoms[config.env_name] = random_policy_return(config.env_name)

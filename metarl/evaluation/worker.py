@@ -192,6 +192,10 @@ def run(job: dict, report) -> dict:
             task, settings, job["keys"], job["platform"], report
         ).to_dict()
     references = {r["key"]: r for r in job.get("references", [])}
+    if job.get("control") is True:  # the parent's control: the baseline program, no candidate
+        from metarl.evaluation.preflight import baseline_artifact
+
+        job.update(artifacts=[baseline_artifact(task, job["platform"])], probe_seeds=[0])
     outcomes = stages.evaluate_artifacts(
         task,
         job["artifacts"],
@@ -201,6 +205,7 @@ def run(job: dict, report) -> dict:
         job["platform"],
         job.get("known_fingerprints") or {},
         report,
+        isolate=job.get("isolate") is True,
     )
     return {"outcomes": [outcome.to_dict() for outcome in outcomes]}
 

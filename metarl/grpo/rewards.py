@@ -30,10 +30,15 @@ probe batch (its fingerprint) is a duplicate too.
 repeat gets its first verdict (the archive row says `cached_from`). The reward is thus
 stationary for programs the model itself found first.
 
-**Unscorable completions are left out.** When the evaluator, not the candidate, failed (a
-malformed worker result, a baseline that could not be trained, a sandbox that never started,
-or the whole batch raising), the reward is None: trl excludes it from its group's mean and
-spread and gives it no advantage, rather than scoring it as a failure.
+**Breaking the evaluator is punished; only its own faults are left out.** A candidate that
+breaks or hangs the trainer is found and blamed alone (evaluation/batch_training.py): it fails
+with its own reason at the stage it broke, and earns that stage's failure reward (-0.5 in the
+probes, -0.25 in training), never a skip. Only a true evaluator fault (`Outcome.fault ==
+"evaluator"`: reproducible without the candidate, such as a baseline that cannot be trained, a
+malformed result from the trusted trainer, a sandbox that never started, or the whole batch
+raising) gets None: trl excludes it from its group's mean and spread and gives it no
+advantage. Before, every trainer failure read "internal evaluator error" and was skipped, so a
+proposer could learn that breaking the evaluator is never punished.
 
 **One batched evaluation per call.** trl calls the reward once per generation batch (every
 group of the step); the new programs of that call go to `Evaluator.evaluate_batch` together,
@@ -441,8 +446,8 @@ class CascadeReward:
             )
         except (RuntimeError, OSError) as error:  # the evaluator, not the candidates
             logger.exception("the reward's evaluation batch failed")
-            reason = f"internal evaluator error: the evaluation batch failed ({error})"
-            return [Outcome.failure("probes", reason) for _ in sources]
+            reason = f"the evaluation batch failed ({error})"
+            return [Outcome.evaluator_fault(reason) for _ in sources]
 
     def _verdict(
         self, reply: str, code: str | None, outcome: Outcome, name: str = "", thought: str = ""

@@ -17,7 +17,9 @@ import json
 from dataclasses import dataclass
 
 from metarl.evaluation.executors import ExecutorSettings
+from metarl.evaluation.seeds import SeedError, check_values
 from metarl.evaluation.settings import CascadeSettings, SandboxLimits
+from metarl.evaluation.text import redact_config
 from metarl.rl.suites import UnknownSuite, get_suite
 from metarl.tasks import task_names
 
@@ -57,6 +59,8 @@ class GRPOSettings:
     source_run: str | None = None  # the discover run whose parents make the prompts (None: latest)
     # the reward: the cascade, as discover scores its children
     train_seeds: int = 2
+    # pinned training seed values of the reward's evaluations (`--seed-values`); None: drawn
+    seed_values: list[int] | None = None
     timesteps: int | None = None  # per-environment budget; None/0: the suite's own
     short_threshold: float = CascadeSettings.short_run_threshold
     # GRPO (trl's GRPOConfig)
@@ -135,6 +139,10 @@ class GRPOSettings:
             (settings.sft_steps >= 0, "--sft-steps must be >= 0"),
             (settings.heldout_prompts >= 0, "--heldout-prompts must be >= 0"),
             (settings.train_seeds >= 1, "--train-seeds must be at least 1"),
+            (
+                settings.seed_values is None or _valid_seed_values(settings.seed_values),
+                "--seed-values must be distinct integers in [0, 2^31)",
+            ),
             (settings.vllm_mode in VLLM_MODES, f"--vllm-mode must be one of {VLLM_MODES}"),
             (settings.workers >= 1, "--workers must be at least 1"),
         ]
@@ -152,14 +160,15 @@ class GRPOSettings:
         environments: the reward is selection and never sees them)."""
         return CascadeSettings(
             suite=self.suite,
-            seeds=self.train_seeds,
+            seeds=len(self.seed_values) if self.seed_values else self.train_seeds,
+            seed_values=self.seed_values,
             short_run_threshold=self.short_threshold,
             total_timesteps=self.timesteps,
             timeout_s=self.timeout,
             memory_mb=self.memory_mb,
             heldout=False,
             unsafe_no_sandbox=self.unsafe_no_sandbox,
-            probe_seed=0,
+            probe_seed=0 if self.seed_values else None,
         )
 
     def to_dict(self) -> dict:
@@ -168,4 +177,13 @@ class GRPOSettings:
     def hash(self) -> str:
         """What defines the training (a resume must match it); budgets and limits may change."""
         fields = {k: v for k, v in self.to_dict().items() if k not in BUDGETS}
+        fields = redact_config(fields)  # as archived: a URL's credentials are never stored
         return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _valid_seed_values(values) -> bool:
+    try:
+        check_values(list(values))
+    except SeedError:
+        return False
+    return True

@@ -253,7 +253,8 @@ def funnel(data: Funnel) -> go.Figure:
             marker={"color": "#1f77b4"},
         )
     )
-    return _layout(fig, f"the cascade: where {data.total} proposals stopped", height=380)
+    faults = f" ({data.faults} evaluator faults not judged)" if data.faults else ""
+    return _layout(fig, f"the cascade: where {data.total} proposals stopped{faults}", height=380)
 
 
 def llm_usage(usage: list[ModelUsage]) -> go.Figure:

@@ -27,7 +27,8 @@ from metarl.archives.report_rows import (
     run_points,
 )
 from metarl.archives.store import Archive
-from metarl.evaluation.outcome import STAGES
+from metarl.evaluation.outcome import EVALUATOR_FAULT, STAGES
+from metarl.evaluation.text import redact_config, redact_secrets
 from metarl.report.settings import ReportSettings
 from metarl.tasks import UnknownTask, get_task
 from metarl.tasks.candidate import source_hash
@@ -110,8 +111,9 @@ class FunnelStage:
 class Funnel:
     total: int  # proposals (seed programs not counted)
     passed: int
-    stages: list[FunnelStage]
+    stages: list[FunnelStage]  # the proposals the evaluator judged (its faults not counted)
     reasons: list[tuple[str, str, int]]  # (stage, reason, count), most common first
+    faults: int = 0  # evaluator faults: proposals whose evaluation says nothing about them
 
 
 @dataclass
@@ -245,28 +247,41 @@ def incumbent_of(points: list[Point]) -> Incumbent:
 
 
 def funnel_of(points: list[Point], reasons: int) -> Funnel:
-    """Where the run's proposals (seed programs excluded) stopped, and the commonest reasons.
+    """Where the run's proposals (seed programs excluded) stopped, and the commonest reasons;
+    evaluator faults are counted apart (they stopped nowhere the candidate could answer for).
 
     Args:
         points: the run's candidates.
         reasons: how many of the most common (stage, reason) pairs to keep.
     """
     proposals = [p for p in points if not p.is_seed]
-    stopped = Counter(p.stage for p in proposals if p.status != "passed")
-    entered = len(proposals)
+    faults = [p for p in proposals if is_fault(p)]
+    judged = [p for p in proposals if not is_fault(p)]
+    stopped = Counter(p.stage for p in judged if p.status != "passed")
+    entered = len(judged)
     stages = []
     for stage in STAGES:
         stages.append(FunnelStage(stage, STAGE_LABELS[stage], entered, stopped.get(stage, 0)))
         entered -= stopped.get(stage, 0)
     why = Counter(
-        (p.stage or "?", _first_line(p.reason)) for p in proposals if p.status != "passed"
+        ("evaluator fault" if is_fault(p) else p.stage or "?", _first_line(p.reason))
+        for p in proposals
+        if p.status != "passed"
     )
     return Funnel(
         total=len(proposals),
         passed=sum(p.status == "passed" for p in proposals),
         stages=stages,
         reasons=[(stage, reason, n) for (stage, reason), n in why.most_common(reasons)],
+        faults=len(faults),
     )
+
+
+def is_fault(point: Point) -> bool:
+    """Whether the evaluator, not the candidate, failed (status `fault`; in an archive from
+    before that status, a failure whose reason has the evaluator-error prefix)."""
+    legacy = point.status == "failed" and (point.reason or "").startswith(EVALUATOR_FAULT)
+    return point.status == "fault" or legacy
 
 
 def _first_line(reason: str | None, limit: int = 160) -> str:
@@ -405,7 +420,8 @@ def setting_of(points: list[dict]) -> Setting | None:
 
 
 def header_of(run: dict, setting: Setting | None) -> Header:
-    config = run.get("config") or {}
+    # as archived since credentials stopped being stored; an older archive's too
+    config = redact_config(run.get("config") or {})
     if run.get("budget_candidates") is not None:
         budget = f"{run['budget_candidates']} candidates"
     elif config.get("generations"):
@@ -426,7 +442,7 @@ def header_of(run: dict, setting: Setting | None) -> Header:
         proposer=run.get("proposer") or "",
         model=run.get("model") or "",
         status=run.get("status") or "",
-        stop_reason=run.get("stop_reason") or run.get("error") or "",
+        stop_reason=redact_secrets(run.get("stop_reason") or run.get("error") or ""),
         rng_seed=run.get("seed"),
         setting=setting,
         budget=budget,

@@ -34,22 +34,18 @@ from __future__ import annotations
 
 import base64
 import math
-import re
 from dataclasses import dataclass
 from typing import Callable
 
 import jax
 import jax.numpy as jnp
 from jax import export as jax_export
-from jax._src.interpreters import mlir  # the context JAX's own MLIR dialects are loaded in
-from jax._src.lib.mlir import ir
+
+from metarl.rl.artifact_check import SYMBOL, ArtifactRejected, check_module
+
+__all__ = ["ArtifactRejected", "SYMBOL", "check_module"]  # re-exported: callers import them here
 
 MAX_ARTIFACT_BYTES = 4 * 2**20  # per variant; a drift is ~8 KB, an optimizer rule ~20 KB
-SYMBOL = "n"
-
-
-class ArtifactRejected(Exception):
-    """The artifact is not a program the trainer may run; the message says why."""
 
 
 @dataclass(frozen=True)
@@ -116,328 +112,6 @@ def decode(message: object, names: set[str]) -> dict[str, bytes]:
 
 
 # --- verification (trusted) ---------------------------------------------------------------------
-_DIALECTS = ("func.", "stablehlo.", "chlo.")
-_FORBIDDEN = {
-    "stablehlo.send",
-    "stablehlo.recv",
-    "stablehlo.infeed",
-    "stablehlo.outfeed",
-    "stablehlo.after_all",
-    "stablehlo.create_token",
-    "stablehlo.all_reduce",
-    "stablehlo.all_gather",
-    "stablehlo.all_to_all",
-    "stablehlo.reduce_scatter",
-    "stablehlo.collective_permute",
-    "stablehlo.collective_broadcast",
-    "stablehlo.partition_id",
-    "stablehlo.replica_id",
-    "stablehlo.composite",
-}
-_CUSTOM_CALLS = {"shape_assertion"}
-# Ops that, given an operand or result with the symbolic axis, cannot be checked to keep
-# elements apart along it: refused in that case (allowed on per-element values).
-_REFUSED_ON_AXIS = {
-    "stablehlo.slice",
-    "stablehlo.dynamic_slice",
-    "stablehlo.dynamic_update_slice",
-    "stablehlo.reduce_window",
-    "stablehlo.select_and_scatter",
-    "stablehlo.fft",
-    "stablehlo.cholesky",
-    "stablehlo.triangular_solve",
-    "stablehlo.map",
-    "stablehlo.iota",
-    "stablehlo.rng",
-    "stablehlo.rng_bit_generator",
-    "stablehlo.batch_norm_training",
-    "stablehlo.batch_norm_inference",
-    "stablehlo.batch_norm_grad",
-    "stablehlo.dynamic_pad",
-    "stablehlo.dynamic_gather",
-    "stablehlo.dynamic_conv",
-    "stablehlo.convolution",
-    "stablehlo.dot",
-    "stablehlo.get_tuple_element",
-    "stablehlo.tuple",
-}
-# (op, operand index) where a value computed from the symbolic size may go: shape operands.
-_SHAPE_USES = {
-    ("stablehlo.dynamic_broadcast_in_dim", 1),
-    ("stablehlo.dynamic_reshape", 1),
-    ("stablehlo.real_dynamic_slice", 1),
-    ("stablehlo.real_dynamic_slice", 2),
-    ("stablehlo.real_dynamic_slice", 3),
-    ("stablehlo.dynamic_iota", 0),
-}
-_SHAPE_ARITHMETIC = {
-    "stablehlo.reshape",
-    "stablehlo.concatenate",
-    "stablehlo.convert",
-    "stablehlo.compare",
-}
-
-
-def _ints(attribute) -> list[int]:
-    """The integers of an attribute such as `array<i64: 0, 1>` (the element type's width is not
-    one of them: reading it as a dimension refused every broadcast of a batched operand)."""
-    text = re.sub(r"\b[iu]\d+\b", "", str(attribute))
-    return [int(x) for x in re.findall(r"-?\d+", text)]
-
-
-def _named_ints(attribute, name: str) -> list[int]:
-    match = re.search(rf"{name}\s*=\s*\[([^\]]*)\]", str(attribute))
-    return _ints(match.group(1)) if match else []
-
-
-class _ModuleCheck:
-    """One pass over a parsed module: dialects, custom calls, the symbolic axis."""
-
-    def __init__(self, module, ir):
-        self.ir = ir
-        self.module = module
-        self.dynamic = ir.ShapedType.get_dynamic_size()
-        self.functions = {}
-        for op in module.body.operations:
-            if op.operation.name != "func.func":
-                raise ArtifactRejected(f"unexpected top-level operation {op.operation.name}")
-            name = str(op.operation.attributes["sym_name"]).strip('"')
-            self.functions[name] = op.operation
-        self.size_values: set = set()  # SSA values computed from the symbolic size
-
-    # -- helpers -------------------------------------------------------------------------------
-    def shape(self, value) -> list[int] | None:
-        try:
-            return list(self.ir.RankedTensorType(value.type).shape)
-        except (ValueError, TypeError):
-            return None
-
-    def on_axis(self, value) -> bool:
-        shape = self.shape(value)
-        if shape is None:
-            return False
-        if any(d == self.dynamic for d in shape[1:]):
-            raise ArtifactRejected("a value has a symbolic size on an axis other than the first")
-        return bool(shape) and shape[0] == self.dynamic
-
-    def constant_vector(self, value) -> list:
-        """A shape operand as a list of ints and SYMBOL, or [] when it cannot be resolved."""
-        owner = value.owner
-        if isinstance(owner, self.ir.Block) or owner is None:
-            return [SYMBOL] if value in self.size_values else []
-        op = owner.operation if hasattr(owner, "operation") else owner
-        name = op.name
-        if name == "stablehlo.constant":
-            return _ints(op.attributes["value"])
-        if value in self.size_values and name in ("stablehlo.get_dimension_size",):
-            return [SYMBOL]
-        if name in ("stablehlo.reshape", "stablehlo.convert"):
-            return self.constant_vector(op.operands[0])
-        if name == "stablehlo.concatenate":
-            out: list = []
-            for operand in op.operands:
-                part = self.constant_vector(operand)
-                if not part:
-                    return []
-                out += part
-            return out
-        return []
-
-    # -- the walk ------------------------------------------------------------------------------
-    def run(self) -> None:
-        for function in self.functions.values():
-            block = function.regions[0].blocks[0]
-            for index, argument in enumerate(block.arguments):
-                attrs = (
-                    function.attributes["arg_attrs"] if "arg_attrs" in function.attributes else None
-                )
-                if attrs is not None and "jax.global_constant" in str(attrs[index]):
-                    self.size_values.add(argument)
-        # propagate the size through calls until nothing changes
-        for _ in range(len(self.functions) + 1):
-            before = len(self.size_values)
-            for function in self.functions.values():
-                self.walk_region(function.regions[0], collect=True)
-            if len(self.size_values) == before:
-                break
-        for function in self.functions.values():
-            self.walk_region(function.regions[0], collect=False)
-
-    def walk_region(self, region, collect: bool) -> None:
-        for block in region.blocks:
-            for op in block.operations:
-                self.visit(op.operation, collect)
-                for inner in op.operation.regions:
-                    self.walk_region(inner, collect)
-
-    def visit(self, op, collect: bool) -> None:
-        name = op.name
-        if collect:
-            self.collect_size(op)
-            return
-        if not name.startswith(_DIALECTS):
-            raise ArtifactRejected(f"operation {name} is not allowed (only func, stablehlo, chlo)")
-        if name in _FORBIDDEN:
-            raise ArtifactRejected(f"operation {name} is not allowed (no communication or I/O)")
-        if name == "stablehlo.custom_call":
-            target = str(op.attributes["call_target_name"]).strip('"')
-            if target not in _CUSTOM_CALLS:
-                raise ArtifactRejected(
-                    f"custom call {target!r} is not allowed (no host callbacks or foreign kernels)"
-                )
-        if name == "func.call":
-            callee = str(op.attributes["callee"]).lstrip("@")
-            if callee not in self.functions:
-                raise ArtifactRejected(f"call to an undefined function {callee!r}")
-        self.check_size_uses(op)
-        self.check_axis(op)
-
-    def collect_size(self, op) -> None:
-        name = op.name
-        if name == "stablehlo.get_dimension_size":
-            self.size_values.add(op.results[0])
-            return
-        if name == "func.call":
-            callee = self.functions.get(str(op.attributes["callee"]).lstrip("@"))
-            if callee is not None:
-                arguments = callee.regions[0].blocks[0].arguments
-                for operand, argument in zip(op.operands, arguments):
-                    if operand in self.size_values:
-                        self.size_values.add(argument)
-            return
-        if name in _SHAPE_ARITHMETIC and any(o in self.size_values for o in op.operands):
-            for result in op.results:
-                self.size_values.add(result)
-
-    def check_size_uses(self, op) -> None:
-        name = op.name
-        for index, operand in enumerate(op.operands):
-            if operand not in self.size_values:
-                continue
-            if (name, index) in _SHAPE_USES or name in _SHAPE_ARITHMETIC or name == "func.call":
-                continue
-            if name == "stablehlo.custom_call":
-                continue  # shape_assertion (other targets are refused above)
-            raise ArtifactRejected(
-                f"the program uses the size of the batch as a value ({name}); a per-element "
-                "program may not depend on how many elements are computed"
-            )
-        if name == "stablehlo.compare" and any(o in self.size_values for o in op.operands):
-            for use in op.results[0].uses:
-                if use.owner.name != "stablehlo.custom_call":
-                    raise ArtifactRejected(
-                        "the program compares the size of the batch outside a shape assertion"
-                    )
-
-    def check_axis(self, op) -> None:
-        name = op.name
-        values = list(op.operands) + list(op.results)
-        if not any(self.on_axis(v) for v in values):
-            return
-        attrs = op.attributes
-        operand = op.operands[0] if len(op.operands) else None
-        operand_on_axis = operand is not None and self.on_axis(operand)
-        if name in _REFUSED_ON_AXIS:
-            raise ArtifactRejected(f"{name} across the batch axis is not allowed (not elementwise)")
-        if name == "stablehlo.reduce":
-            if 0 in _named_ints(attrs["dimensions"], "") or 0 in _ints(attrs["dimensions"]):
-                raise ArtifactRejected("a reduction over the batch axis (not elementwise)")
-        elif name == "stablehlo.transpose":
-            if _ints(attrs["permutation"])[:1] != [0]:
-                raise ArtifactRejected("a transpose that moves the batch axis (not elementwise)")
-        elif name in ("stablehlo.broadcast_in_dim", "stablehlo.dynamic_broadcast_in_dim"):
-            dims = _ints(attrs["broadcast_dimensions"])
-            if operand_on_axis and dims[:1] != [0]:
-                raise ArtifactRejected("a broadcast that moves the batch axis (not elementwise)")
-            if name == "stablehlo.dynamic_broadcast_in_dim" and self.on_axis(op.results[0]):
-                if self.constant_vector(op.operands[1])[:1] != [SYMBOL]:
-                    raise ArtifactRejected("a broadcast to a batch size other than the input's")
-            if (
-                name == "stablehlo.broadcast_in_dim"
-                and self.on_axis(op.results[0])
-                and not operand_on_axis
-            ):
-                raise ArtifactRejected("a static broadcast to the symbolic batch size")
-        elif name in ("stablehlo.reshape", "stablehlo.dynamic_reshape"):
-            result = op.results[0]
-            in_shape, out_shape = self.shape(operand), self.shape(result)
-            if not (operand_on_axis and self.on_axis(result)):
-                raise ArtifactRejected("a reshape into or out of the batch axis (not elementwise)")
-            if math.prod(in_shape[1:]) != math.prod(out_shape[1:]):
-                raise ArtifactRejected("a reshape that merges elements of the batch axis")
-            if name == "stablehlo.dynamic_reshape" and self.constant_vector(op.operands[1])[:1] != [
-                SYMBOL
-            ]:
-                raise ArtifactRejected("a reshape to a batch size other than the input's")
-        elif name == "stablehlo.real_dynamic_slice":
-            start = self.constant_vector(op.operands[1])
-            limit = self.constant_vector(op.operands[2])
-            stride = self.constant_vector(op.operands[3])
-            if start[:1] != [0] or limit[:1] != [SYMBOL] or stride[:1] != [1]:
-                raise ArtifactRejected("a slice of the batch axis (not elementwise)")
-        elif name == "stablehlo.dynamic_iota":
-            if int(str(attrs["iota_dimension"]).split(":")[0]) == 0:
-                raise ArtifactRejected("positions along the batch axis (iota; not elementwise)")
-        elif name == "stablehlo.concatenate":
-            if int(str(attrs["dimension"]).split(":")[0]) == 0:
-                raise ArtifactRejected("a concatenation along the batch axis (not elementwise)")
-        elif name == "stablehlo.sort":
-            if int(str(attrs["dimension"]).split(":")[0]) == 0:
-                raise ArtifactRejected("a sort along the batch axis (not elementwise)")
-        elif name == "stablehlo.reverse":
-            if 0 in _ints(attrs["dimensions"]):
-                raise ArtifactRejected("a reversal of the batch axis (not elementwise)")
-        elif name == "stablehlo.pad":
-            for key in ("edge_padding_low", "edge_padding_high", "interior_padding"):
-                if _ints(attrs[key])[:1] != [0]:
-                    raise ArtifactRejected("padding along the batch axis (not elementwise)")
-        elif name == "stablehlo.dot_general":
-            numbers = attrs["dot_dimension_numbers"]
-            lhs, rhs = (self.on_axis(v) for v in op.operands[:2])
-            # Elementwise either way: the axis is batching dimension 0 of every operand on it,
-            # or only the left operand is on it, as a free dimension, with no batching
-            # dimensions (each element's row times constant weights; the axis stays first).
-            batched = all(
-                not on or _named_ints(numbers, f"{side}_batching_dimensions")[:1] == [0]
-                for side, on in (("lhs", lhs), ("rhs", rhs))
-            )
-            free_row = (
-                lhs
-                and not rhs
-                and not _named_ints(numbers, "lhs_batching_dimensions")
-                and 0 not in _named_ints(numbers, "lhs_contracting_dimensions")
-            )
-            if not (batched or free_row):
-                raise ArtifactRejected("a product across the batch axis (not elementwise)")
-        elif name == "stablehlo.gather":
-            numbers = attrs["dimension_numbers"]
-            if operand_on_axis and 0 not in _named_ints(numbers, "operand_batching_dims"):
-                raise ArtifactRejected("a gather across the batch axis (not elementwise)")
-        elif name == "stablehlo.scatter":
-            numbers = attrs["scatter_dimension_numbers"]
-            batched = 0 in _named_ints(numbers, "input_batching_dims")
-            windowed = (
-                0 not in _named_ints(numbers, "inserted_window_dims")
-                and 0 not in _named_ints(numbers, "scatter_dims_to_operand_dims")
-                and len(op.operands) == 3
-                and _named_ints(numbers, "update_window_dims")[:1] == [0]
-                and self.on_axis(op.operands[2])
-            )
-            if operand_on_axis and not (batched or windowed):
-                raise ArtifactRejected("a scatter across the batch axis (not elementwise)")
-
-
-def check_module(text: str) -> None:
-    """Raise ArtifactRejected unless the StableHLO module is a per-element program (see top)."""
-    context = mlir.make_ir_context()
-    try:
-        module = ir.Module.parse(text, context=context)
-    except Exception as error:  # the parser's own error type varies across jaxlib releases
-        raise ArtifactRejected(f"the module does not parse: {str(error)[:200]}") from error
-    with context:
-        _ModuleCheck(module, ir).run()
-
-
 def _check_avals(avals, expected, what: str) -> None:
     if len(avals) != len(expected):
         raise ArtifactRejected(f"the artifact has {len(avals)} {what}; expected {len(expected)}")
@@ -457,33 +131,58 @@ def _check_avals(avals, expected, what: str) -> None:
             )
 
 
-def verify(exported, signature: ElementSignature, platform: str) -> None:
-    """Raise ArtifactRejected unless `exported` may run in the trainer."""
+@dataclass(frozen=True)
+class Variant:
+    """One verified variant: the forward program and, when differentiable, its VJP. The
+    trainer calls, and the behavioural checks (rl/behaviour.py) probe, these same objects."""
+
+    forward: jax_export.Exported
+    vjp: jax_export.Exported | None
+
+
+def verify(exported, signature: ElementSignature, platform: str) -> Variant:
+    """Check that `exported` may run in the trainer.
+
+    Args:
+        exported: a deserialised artifact variant.
+        signature: the per-element signature the task expects.
+        platform: the platform the trainer compiles for.
+
+    Returns:
+        The verified variant (with its VJP when the signature is differentiable).
+
+    Raises:
+        ArtifactRejected: with the first reason found.
+    """
     if exported.nr_devices != 1:
         raise ArtifactRejected("the artifact is for more than one device")
     if exported.ordered_effects or exported.unordered_effects:
         raise ArtifactRejected("the artifact has side effects")
     if exported.disabled_safety_checks:
         raise ArtifactRejected("the artifact disables JAX's safety checks")
-    if platform not in exported.platforms:
-        raise ArtifactRejected(f"the artifact is for {exported.platforms}, not {platform}")
+    if tuple(exported.platforms) != (platform,):
+        raise ArtifactRejected(
+            f"the artifact is for {list(exported.platforms)}, not [{platform!r}]"
+        )
     _check_avals(exported.in_avals, signature.inputs, "input")
     _check_avals(exported.out_avals, signature.outputs, "output")
     check_module(exported.mlir_module())
-    if signature.differentiable:
-        if not exported.has_vjp():
-            raise ArtifactRejected("the artifact has no VJP; the trainer differentiates through it")
-        vjp = exported.vjp()
-        if (
-            vjp.nr_devices != 1
-            or vjp.ordered_effects
-            or vjp.unordered_effects
-            or vjp.disabled_safety_checks
-        ):
-            raise ArtifactRejected("the artifact's VJP has side effects or disabled checks")
-        _check_avals(vjp.in_avals, signature.inputs + signature.outputs, "VJP input")
-        _check_avals(vjp.out_avals, signature.inputs, "VJP output")
-        check_module(vjp.mlir_module())
+    if not signature.differentiable:
+        return Variant(exported, None)
+    if not exported.has_vjp():
+        raise ArtifactRejected("the artifact has no VJP; the trainer differentiates through it")
+    vjp = exported.vjp()
+    if (
+        vjp.nr_devices != 1
+        or vjp.ordered_effects
+        or vjp.unordered_effects
+        or vjp.disabled_safety_checks
+    ):
+        raise ArtifactRejected("the artifact's VJP has side effects or disabled checks")
+    _check_avals(vjp.in_avals, signature.inputs + signature.outputs, "VJP input")
+    _check_avals(vjp.out_avals, signature.inputs, "VJP output")
+    check_module(vjp.mlir_module())
+    return Variant(exported, vjp)
 
 
 # --- calling an artifact (trusted) --------------------------------------------------------------
@@ -523,15 +222,21 @@ def _elementwise(exported, in_slots: list[tuple], out_slots: list[tuple]) -> Cal
     return call
 
 
-def callable_from(exported, signature: ElementSignature) -> Callable:
+def callable_from(exported, signature: ElementSignature, vjp=None) -> Callable:
     """A function of arrays shaped (*slots, *P) returning a tuple of outputs, differentiable
-    through the artifact's own exported VJP when the signature says so."""
+    through the artifact's own exported VJP when the signature says so.
+
+    Args:
+        exported: the forward program (an Exported, or anything with its `call`).
+        signature: the per-element signature.
+        vjp: the VJP program to differentiate through (default: `exported.vjp()`).
+    """
     in_slots = [tuple(s) for s, _ in signature.inputs]
     out_slots = [tuple(s) for s, _ in signature.outputs]
     forward = _elementwise(exported, in_slots, out_slots)
     if not signature.differentiable:
         return forward
-    backward = _elementwise(exported.vjp(), in_slots + out_slots, in_slots)
+    backward = _elementwise(vjp or exported.vjp(), in_slots + out_slots, in_slots)
 
     @jax.custom_vjp
     def function(*args):
@@ -547,10 +252,18 @@ def callable_from(exported, signature: ElementSignature) -> Callable:
     return function
 
 
-def load_variants(
+def load_exported(
     blobs: dict[str, bytes], signature: ElementSignature, platform: str
-) -> dict[str, Callable]:
-    """Deserialise and verify every variant; variant name -> callable (see callable_from).
+) -> dict[str, Variant]:
+    """Deserialise and verify every variant.
+
+    Args:
+        blobs: variant name -> serialised artifact (untrusted bytes).
+        signature: the per-element signature the task expects.
+        platform: the platform the trainer compiles for.
+
+    Returns:
+        variant name -> the verified Variant.
 
     Raises:
         ArtifactRejected: with one reason, for anything the trainer must not run.
@@ -567,6 +280,24 @@ def load_variants(
             raise ArtifactRejected(
                 f"variant {name!r} does not deserialise ({type(error).__name__})"
             ) from error
-        verify(exported, signature, platform)
-        out[name] = callable_from(exported, signature)
+        out[name] = verify(exported, signature, platform)
     return out
+
+
+def callables(variants: dict[str, Variant], signature: ElementSignature) -> dict[str, Callable]:
+    """variant name -> callable (see callable_from), built from the verified variants."""
+    return {
+        name: callable_from(variant.forward, signature, variant.vjp)
+        for name, variant in variants.items()
+    }
+
+
+def load_variants(
+    blobs: dict[str, bytes], signature: ElementSignature, platform: str
+) -> dict[str, Callable]:
+    """Deserialise and verify every variant; variant name -> callable (see callable_from).
+
+    Raises:
+        ArtifactRejected: with one reason, for anything the trainer must not run.
+    """
+    return callables(load_exported(blobs, signature, platform), signature)

@@ -123,6 +123,21 @@ def summarise(
 Select = Callable[[jax.Array], Components]
 
 
+def batch_functions(config: PPOConfig, select: Select) -> tuple[Callable, Callable]:
+    """The two functions a BatchProgram compiles, `init(keys, index)` and
+    `segment(runner, index, stop)`, vmapped over seeds; shared with the trainer's pre-flight
+    (evaluation/preflight.py), which traces them to find where a candidate is called."""
+
+    def init(keys, index):
+        return jax.vmap(make_trainer(config, select(index)).init)(keys)
+
+    def segment(runner, index, stop):
+        trainer = make_trainer(config, select(index))
+        return jax.vmap(trainer.segment, in_axes=(0, None))(runner, stop)
+
+    return init, segment
+
+
 class BatchProgram:
     """One compiled PPO program for a batch of candidates on one config and set of seeds.
 
@@ -143,14 +158,7 @@ class BatchProgram:
         self.size = int(size)
         self.seeds = [int(s) for s in seeds]
         self._keys = seed_keys(self.seeds)
-
-        def init(keys, index):
-            return jax.vmap(make_trainer(config, select(index)).init)(keys)
-
-        def segment(runner, index, stop):
-            trainer = make_trainer(config, select(index))
-            return jax.vmap(trainer.segment, in_axes=(0, None))(runner, stop)
-
+        init, segment = batch_functions(config, select)
         index = jnp.asarray(0, jnp.int32)
         start = time.perf_counter()
         self._init = jax.jit(init).lower(self._keys, index).compile()
@@ -169,13 +177,26 @@ class BatchProgram:
             The new state and the run summarised so far (its final return: the episodes ended
             in the last 10% of this segment's updates); `compile_s` is 0 (see `compile_s`).
         """
+        runner, result, run_s = self._run_segment(runner, index, stop)
+        return runner, summarise(self.config, self.seeds, result, int(stop), 0.0, run_s)
+
+    def advance_per_seed(self, runner, index: int, stop: int) -> tuple[object, list[EnvRun]]:
+        """`advance`, summarised once per seed (each EnvRun holds one seed): how baselines are
+        cached, per (config, seed). Each seed's numbers are those of the vmapped run."""
+        runner, result, run_s = self._run_segment(runner, index, stop)
+        runs = []
+        for position, seed in enumerate(self.seeds):
+            alone = jax.tree.map(lambda x, p=position: x[p : p + 1], result)
+            runs.append(summarise(self.config, [seed], alone, int(stop), 0.0, run_s))
+        return runner, runs
+
+    def _run_segment(self, runner, index: int, stop: int):
         start = time.perf_counter()
         runner, result = self._segment(
             runner, jnp.asarray(index, jnp.int32), jnp.asarray(stop, jnp.int32)
         )
         result = jax.block_until_ready(result)
-        run_s = time.perf_counter() - start
-        return runner, summarise(self.config, self.seeds, result, int(stop), 0.0, run_s)
+        return runner, result, time.perf_counter() - start
 
 
 def run_training(config: PPOConfig, components: Components, seeds: Sequence[int]) -> EnvRun:

@@ -3,7 +3,9 @@
 - Any litellm provider string works (`openai/...`, `anthropic/...`, `ollama/...`,
   `hosted_vllm/...`), plus any OpenAI-compatible server through `api_base`.
 - Keys come from the environment or a `.env` file (python-dotenv, never overriding what is set);
-  they are never logged, archived or put in an error message (`redact`).
+  they are never logged, archived or put in an error message (`redact`). Neither are the
+  credentials of `api_base` (`http://user:pass@host/v1?api_key=...`): the URL goes to litellm
+  as given, and every error text is stripped of it and of the request's api_key.
 - Transient faults (timeouts, connection errors, 429, 5xx) are retried with exponential backoff
   and jitter; a per-call timeout; a semaphore bounds concurrent calls. `chat` never raises for a
   model fault: it returns an `LLMCall` whose `error` says what happened.
@@ -23,6 +25,7 @@ import time
 from dataclasses import dataclass
 
 from metarl.discovery.proposers.base import LLMCall
+from metarl.evaluation.text import redact_secrets, url_secrets
 
 # Must be set before litellm is imported anywhere: use the bundled price map, never fetch one.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -77,8 +80,18 @@ _SECRET_PATTERNS = [
 ]
 
 
-def redact(text: str) -> str:
-    """Remove anything that looks like a key, and the values of *_KEY/*_TOKEN variables."""
+def redact(text: str, secrets: list[str] | None = None) -> str:
+    """Remove anything that looks like a key, the values of *_KEY/*_TOKEN variables, URL
+    credentials (`http://***@host`, `?api_key=***`) and the literal `secrets`.
+
+    Args:
+        text: an error text (litellm's exception message, say).
+        secrets: values to remove as well: the request's api_key, its URL's credentials.
+
+    Returns:
+        The text, safe to archive, log and show.
+    """
+    text = redact_secrets(text, secrets or ())
     for name, value in os.environ.items():
         if value and len(value) >= 8 and re.search(r"KEY|TOKEN|SECRET", name.upper()):
             text = text.replace(value, "[redacted]")
@@ -128,6 +141,8 @@ class LLMClient:
             models = parse_models(models)
         self.models: list[ModelSpec] = list(models)
         self.api_base = api_base or None
+        # what an error text must never quote: the URL's credentials, the api_key sent
+        self._secrets: list[str] = url_secrets(self.api_base)
         self.timeout_s = float(timeout_s)
         self.max_retries = int(max_retries)
         self.temperature = temperature
@@ -186,7 +201,7 @@ class LLMClient:
                     response = self._complete(model, sent)
                 return self._record(model, sent, response, time.monotonic() - start)
             except Exception as exc:  # noqa: BLE001 - every fault becomes a recorded error
-                error = _describe(exc)
+                error = _describe(exc, self._secrets)
                 if not _retryable(exc) or retry == self.max_retries:
                     break
                 time.sleep(self._backoff(retry, exc))
@@ -196,7 +211,9 @@ class LLMClient:
             prompt=sent,
             reply=None,
             latency_s=time.monotonic() - start,
-            error=redact(f"{error} (after {attempts} attempt{'s' if attempts > 1 else ''})"),
+            error=redact(
+                f"{error} (after {attempts} attempt{'s' if attempts > 1 else ''})", self._secrets
+            ),
         )
 
     def _complete(self, model: str, messages: list[dict[str, str]]):
@@ -215,6 +232,8 @@ class LLMClient:
             provider = _provider(litellm, model, self.api_base)
             if provider in _KEYLESS_OK and not _has_key_for(provider):
                 kwargs["api_key"] = "sk-no-key-needed"  # local servers ignore it
+        if kwargs.get("api_key") and kwargs["api_key"] not in self._secrets:
+            self._secrets.append(kwargs["api_key"])
         use_json = (
             self.json_mode
             and model not in self._no_json_mode
@@ -345,10 +364,12 @@ def _retry_after(exc: Exception) -> float | None:
         return None
 
 
-def _describe(exc: Exception) -> str:
+def _describe(exc: Exception, secrets: list[str] | None = None) -> str:
+    """One redacted line: the exception's type, HTTP status and first message line."""
     status = _status(exc)
-    message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    text = redact(str(exc), secrets).strip()  # before the cut, which could split a secret
+    message = text.splitlines()[0] if text else ""
     if len(message) > 300:
         message = message[:300] + "..."
     prefix = type(exc).__name__ + (f" ({status})" if status else "")
-    return redact(f"{prefix}: {message}" if message else prefix)
+    return f"{prefix}: {message}" if message else prefix

@@ -1,0 +1,167 @@
+"""The archive's tables: the leaderboard (`metarl leaderboard`, and after every run), the runs
+(`metarl runs`), and a candidate's fate as one cell. Every archived string (names, reasons,
+proposers) is a `console.untrusted` cell: the archive holds model and candidate text."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+
+from metarl.cli.console import cells, untrusted
+from metarl.cli.formats import fmt, fmt_interval, fmt_seconds
+
+RUN_STATUS_STYLES = {
+    "finished": "green",
+    "running": "cyan",
+    "stopped": "yellow",
+    "interrupted": "yellow",
+    "killed": "red",
+    "failed": "red",
+}
+
+
+def fate_text(row: dict) -> Text:
+    """A candidate's fate: passed, duplicate of X, or the stage it stopped at and why.
+
+    Args:
+        row: a candidate's archived row, or a loop event with its `status`, `stage`, `reason`.
+
+    Returns:
+        The fate, styled, its reason made safe to print.
+    """
+    status = row.get("status")
+    if status == "passed":
+        return Text("passed", style="green")
+    if status == "duplicate":
+        return untrusted(f"duplicate of {row.get('duplicate_of') or '?'}", "yellow")
+    if status == "no_code":
+        return untrusted(f"no program: {row.get('reason') or ''}"[:70], "red")
+    reason = (row.get("reason") or "").replace("\n", " ")
+    return untrusted(f"{row.get('stage')}: {reason}"[:90], "red")
+
+
+def comparable_text(differs: list[str]) -> Text:
+    """ "yes", or "≠ seeds, budget" in red: what differs from the board's reference setting."""
+    if not differs:
+        return Text("yes", style="green")
+    return untrusted("≠ " + ", ".join(differs), "red")
+
+
+def leaderboard_table(board, *, show_run: bool = False) -> Table:
+    """A `metarl.archives.queries.leaderboard` as a table, one column per environment.
+
+    Args:
+        board: the leaderboard (its rows, environments, title, reference setting).
+        show_run: add the run and method columns (a board of every run).
+
+    Returns:
+        The table.
+    """
+    table = Table(
+        title=untrusted(f"leaderboard — {board.title}"),
+        title_justify="left",
+        header_style="bold",
+    )
+    ids = [row.id for row in board.rows] or [""]
+    names = [row.name or "—" for row in board.rows] or [""]
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("candidate", no_wrap=True, min_width=min(12, max(map(len, ids))))
+    if show_run or board.mixed:
+        table.add_column("run")
+    if board.mixed:
+        table.add_column("task/suite")
+    table.add_column("name", no_wrap=True, min_width=min(20, max(map(len, names))))
+    for env in board.envs:
+        table.add_column(untrusted(env), justify="right", no_wrap=True)
+    table.add_column("fitness", justify="right", no_wrap=True)
+    table.add_column("confirmed", justify="right", no_wrap=True)
+    table.add_column("held-out", justify="right", no_wrap=True)
+    # the method column where methods can differ: --all, or a board that mixes them
+    show_method = show_run or len({row.method for row in board.rows}) > 1
+    if show_method:
+        table.add_column("method")
+    table.add_column("gen", justify="right")
+    table.add_column("proposer", overflow="ellipsis")
+    if board.reference is not None:
+        table.add_column("comparable", no_wrap=True)
+    for row in board.rows:
+        values: list = [str(row.rank), row.id]
+        if show_run or board.mixed:
+            values.append(row.run_id)
+        if board.mixed:
+            values.append(f"{row.task}/{row.suite}")
+        values.append(untrusted(row.name or "—", "cyan" if row.is_seed else "bold"))
+        values += [fmt(row.env_scores.get(env)) for env in board.envs]
+        values += [
+            fmt_interval(row.fitness, row.fitness_ci, 2),
+            fmt_interval(row.confirmed, row.confirmed_ci, 2),
+            fmt_interval(row.heldout, row.heldout_ci, 2),
+            *([row.method] if show_method else []),
+            str(row.generation),
+            row.proposer or "—",
+        ]
+        if board.reference is not None:
+            values.append(comparable_text(row.differs))
+        table.add_row(*cells(*values))
+    if board.reference is not None:
+        table.caption = untrusted(
+            f"compared against {board.reference.describe()}; rows marked ≠ were scored in "
+            "another setting and do not compare with it"
+        )
+        table.caption_justify = "left"
+    return table
+
+
+def runs_table(runs: list[dict], archive_path: str) -> Table:
+    """The archive's runs: status, task, suite, progress, best candidate, time, cost.
+
+    Args:
+        runs: `Archive.runs()` rows (with their `shown_status`).
+        archive_path: the archive, for the title.
+
+    Returns:
+        The table.
+    """
+    table = Table(
+        title=untrusted(f"runs in {archive_path}"), title_justify="left", header_style="bold"
+    )
+    right = ("candidates", "gen", "fitness", "time", "cost")
+    for column in (
+        "run",
+        "status",
+        "task",
+        "suite",
+        "method",
+        "proposer",
+        "candidates",
+        "gen",
+        "best",
+        "fitness",
+        "time",
+        "cost",
+        "started",
+    ):
+        table.add_column(column, justify="right" if column in right else "left")
+    for run in runs:
+        status = untrusted(run["shown_status"], RUN_STATUS_STYLES.get(run["shown_status"], ""))
+        if run.get("stop_reason") and run["shown_status"] != "finished":
+            status.append_text(untrusted(f" ({run['stop_reason']})", "dim"))
+        table.add_row(
+            *cells(
+                run["id"],
+                status,
+                run["task"],
+                run["suite"],
+                run.get("method") or "discovery",
+                run["proposer"] or "—",
+                f"{run['candidates_count'] or 0}"
+                + (f"/{run['budget_candidates']}" if run.get("budget_candidates") else ""),
+                str(run["generation"] or 0),
+                run["best_id"] or "—",
+                fmt(run["best_fitness"]),
+                fmt_seconds(run["elapsed_s"]),
+                f"${run['cost_usd']:.3f}" if run.get("cost_usd") else "—",
+                (run["started_at"] or "")[:19],
+            )
+        )
+    return table

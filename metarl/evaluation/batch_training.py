@@ -1,0 +1,391 @@
+"""A batch's training in trainer jobs, seen from the parent: the job, its clock, its verdicts,
+and whose fault it is when the job fails.
+
+Stages 2b-4 of a batch run in one sandboxed trainer (stages.evaluate_artifacts): each candidate
+is verified, probed and pre-flighted on its own, then the candidates share one compiled program
+per run config. This is the parent's half: it starts the job, watches it while it runs,
+validates and rescores its result (`verify_outcome`), and when the job gives no result decides
+whose failure it was.
+
+Why (measured by an attacker on the 2-core CPU, before this module): one candidate broke the
+whole batch. An artifact that failed only at the training shapes failed the *shared* compile;
+one that hung only on values training reaches made the batch wait its whole limit; the split
+that followed blamed the candidate that had been probed last, after 2N-1 trainer jobs (a hang:
+275 s instead of 27 s), and the reason read "internal evaluator error", which GRPO's reward
+skips, so breaking the evaluator was never punished.
+
+How a fault lands on its culprit, with `N` candidates in the batch:
+
+- **Pre-flight** (evaluation/preflight.py, in the trainer): each candidate's artifact is
+  compiled and run alone at exactly the shapes the shared program calls it with, before that
+  program is compiled; one that fails there fails alone with its own reason, in the same job
+  (0 extra trainer jobs), and the others are compiled without it.
+- **Its own clock.** The trainer reports `active` events: the index of the candidate whose
+  programs run (its probes, pre-flight, training segments) or None (the shared compile). The
+  parent sums each candidate's active time while the job runs (WorkerProcess.run's ticks) and
+  stops the trainer as soon as one exceeds its own limit: the limit it would have alone
+  (`training_limit(plan, references, 1)`). That candidate fails ("timed out ... its own
+  limit"), the others train again without it in one more job (1 extra job; a hang costs one
+  limit, once). The job's own limit, one candidate limit per candidate plus one for the shared
+  work, expires only after a candidate's own clock would have.
+- **Deaths** (crash, memory, the job's own time limit) while a candidate's programs run: that
+  candidate alone in one job, the others in another (2 extra jobs); it is blamed only when it
+  fails alone. While nobody's run: the batch once more with every candidate's program compiled
+  alone (`isolate`, 1 extra job), where the next failure has a culprit.
+- **Evaluator faults** (`Outcome.evaluator_fault`) are what is reproducible without any
+  candidate: a trainer that never started, a malformed result from the trainer (trusted code),
+  and a failure with no candidate active that a control job, the same job with the task's
+  baseline program as its only candidate, reproduces. They say nothing about a candidate.
+
+So a candidate that breaks or hangs the shared program fails alone, with its own reason, after
+at most 2 extra trainer jobs (at most ceil(log2 N) + 1 for N >= 2), and every other candidate
+scores bit for bit as it would alone: each candidate's run is its own call of the program, so
+its numbers do not depend on its batch (tests/test_batch_training.py). With the Ray executor
+events arrive only with the result, so a hang there costs the job's limit before the split.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
+from typing import Callable, Sequence
+
+from metarl.evaluation.outcome import (
+    MalformedResult,
+    Outcome,
+    aggregate_intervals,
+    env_score,
+    parse_outcome,
+)
+from metarl.evaluation.sandbox import WorkerResult
+from metarl.evaluation.settings import CascadeSettings, PlannedRun, Reference, plan_runs
+from metarl.rl.scoring import aggregate
+
+logger = logging.getLogger(__name__)
+
+OnEvent = Callable[[dict], bool]
+RunTrainer = Callable[[dict, float, OnEvent | None], WorkerResult]
+TRAINER_STAGES = ("probes", "short", "full")
+
+
+class CandidateClock:
+    """Whose programs the trainer runs now, and for how long each candidate's have run in
+    total, from the trainer's `active` and `stage` events, on this process's clock.
+
+    Args:
+        size: the batch size (valid indices are 0..size-1).
+        limit_s: each candidate's own limit on its active time.
+        clock: the time source (seconds).
+    """
+
+    def __init__(self, size: int, limit_s: float, clock: Callable[[], float] = time.perf_counter):
+        self.limit_s = float(limit_s)
+        self.clock = clock
+        self.active: int | None = None  # whose programs run now
+        self.since = clock()
+        self.used = [0.0] * size  # active seconds so far, not counting the current stretch
+        self.stages = ["probes"] * size  # the stage each candidate is in
+        self.overrun: int | None = None  # who ran past its limit (the trainer was stopped)
+
+    def index(self, value: object) -> int | None:
+        """`value` when it is a candidate's index in the batch, else None."""
+        valid = isinstance(value, int) and not isinstance(value, bool)
+        return value if valid and 0 <= value < len(self.used) else None
+
+    def seconds(self, index: int) -> float:
+        """Candidate `index`'s active time so far."""
+        current = self.clock() - self.since if self.active == index else 0.0
+        return self.used[index] + current
+
+    def observe(self, message: dict) -> bool:
+        """Take one trainer message (or the sandbox's tick); True when the candidate whose
+        programs run has passed its own limit (the caller then stops the trainer)."""
+        event, index = message.get("event"), self.index(message.get("index"))
+        stage = message.get("stage")
+        if event == "active":
+            now = self.clock()
+            if self.active is not None:
+                self.used[self.active] += now - self.since
+            self.active, self.since = index, now
+        if event in ("active", "stage") and index is not None and stage in TRAINER_STAGES:
+            self.stages[index] = stage
+        if self.active is not None and self.seconds(self.active) > self.limit_s:
+            self.overrun = self.active
+            return True
+        return False
+
+
+class BatchTraining:
+    """Trains batches of traced candidates in trainer jobs and assigns every failure.
+
+    Args:
+        settings: the evaluator's cascade settings.
+        platform: the JAX platform artifacts are exported for.
+        run_trainer: runs one trainer job: `run_trainer(job, limit_s, on_event)`.
+        batch_settings: the settings a batch's jobs carry, for its training seeds.
+        clock: the time source of the candidates' clocks (seconds).
+    """
+
+    def __init__(
+        self,
+        settings: CascadeSettings,
+        platform: str,
+        run_trainer: RunTrainer,
+        batch_settings: Callable[[Sequence[int]], CascadeSettings],
+        clock: Callable[[], float] = time.perf_counter,
+    ):
+        self.settings = settings
+        self.platform = platform
+        self.run_trainer = run_trainer
+        self.batch_settings = batch_settings
+        self.clock = clock
+
+    def training_limit(
+        self, plan: list[PlannedRun], references: dict[str, Reference], candidates: int = 1
+    ) -> float:
+        """Seconds for stages 2b-4 of `candidates` candidates trained together: scaled from
+        the baseline's time for the same runs (`train_timeout_factor` x, at most `timeout_s`
+        per candidate), at least `train_timeout_floor_s`."""
+        settings = self.settings
+        work = sum(references[entry.key].seconds for entry in plan if entry.stage == "full")
+        per_candidate = min(settings.timeout_s, settings.train_timeout_factor * work)
+        return max(settings.train_timeout_floor_s, per_candidate * candidates)
+
+    def train_shares(self, task, ready: list, references, known, announce, slots: int) -> None:
+        """Train `ready` as `slots` contiguous shares at once (one per device or Ray task);
+        one share, a single trainer job, when there is one slot."""
+        shares = min(slots, len(ready))
+        if shares <= 1:
+            self.train(task, ready, references, known, announce)
+            return
+        size = -(-len(ready) // shares)
+        parts = [ready[start : start + size] for start in range(0, len(ready), size)]
+        with ThreadPoolExecutor(len(parts), thread_name_prefix="metarl-train") as pool:
+            list(pool.map(lambda part: self.train(task, part, references, known, announce), parts))
+
+    def job_limit(
+        self, plan: list[PlannedRun], references: dict[str, Reference], size: int
+    ) -> float:
+        """A trainer job's wall-clock limit: one candidate limit per candidate, plus one for the
+        shared work (the call sites, the shared compile). Each candidate's own clock stops it
+        at its limit, so a hang is stopped by its own clock, not by this backstop, however
+        the others used theirs."""
+        return self.training_limit(plan, references, 1) * (size + 1)
+
+    def train(
+        self,
+        task,
+        batch: list,
+        references: dict[str, Reference],
+        known: dict[str, str],
+        announce: Callable[[object, str], None],
+        isolate: bool = False,
+    ) -> None:
+        """Stages 2b-4's trusted half for `batch` (cascade._Pending candidates) in one trainer
+        job; on a failure, blame whoever caused it (see the module docstring) and train the
+        others again, without it.
+
+        Args:
+            task: the task.
+            batch: the candidates, each with its artifact, probe seed and training seeds.
+            references: the batch's references.
+            known: fingerprint -> candidate id (duplicates stop after the probes).
+            announce: `announce(candidate, stage)` as a candidate enters "short" or "full".
+            isolate: compile each candidate's training program alone in the trainer.
+        """
+        plan = plan_runs(self.settings)
+        own = self.training_limit(plan, references, 1)
+        limit = self.job_limit(plan, references, len(batch))
+        clock = CandidateClock(len(batch), own, self.clock)
+
+        def on_event(message: dict) -> bool:
+            index, stage = clock.index(message.get("index")), message.get("stage")
+            if message.get("event") == "stage" and index is not None and stage in ("short", "full"):
+                announce(batch[index], stage)
+            return clock.observe(message)
+
+        job = self._job(task, batch, batch[0].seeds, references, known, isolate)
+        run = self.run_trainer(job, limit, on_event)
+        for position, candidate in enumerate(batch):
+            candidate.sandbox.update(
+                worker_pid=run.pid,
+                workdir=run.workdir,
+                worker_exit=run.returncode,
+                status=run.status,
+                train_limit_s=limit,
+                candidate_limit_s=own,
+                batch={"size": len(batch), "position": position},
+                trainer_jobs=candidate.sandbox.get("trainer_jobs", 0) + 1,
+            )
+            candidate.timings.update(run.timings)
+        if run.status == "ok" and run.result.get("kind") == "evaluate":
+            self._read_outcomes(run, batch, plan, references)
+            return
+        for part, alone in self._assign(task, batch, run, clock, references, isolate):
+            self.train(task, part, references, known, announce, alone)
+
+    def _assign(
+        self, task, batch: list, run: WorkerResult, clock: CandidateClock, references, isolate
+    ) -> list[tuple[list, bool]]:
+        """Blame a failed job's culprit (its outcome set here), or fault the evaluator.
+
+        Returns:
+            The parts of the batch to train again, each with whether to isolate it.
+        """
+        failure, size = training_failure(run), len(batch)
+        if run.status == "startup":  # the worker never got the job: no candidate ran
+            for candidate in batch:
+                candidate.outcome = Outcome.evaluator_fault(failure)
+            return []
+        culprit = clock.overrun if clock.overrun is not None else clock.active
+        if culprit is not None:
+            others = batch[:culprit] + batch[culprit + 1 :]
+            if clock.overrun is None and size > 1 and not isolate:
+                logger.warning("a trainer of %d died in candidate %d: %s", size, culprit, failure)
+                return [([batch[culprit]], False), (others, False)]  # blamed if it fails alone
+            reason = failure  # its own program, compiled alone, was running (or it is alone)
+            if clock.overrun is not None:
+                reason = (
+                    f"timed out in stage {clock.stages[culprit]}: its programs ran "
+                    f"{clock.seconds(culprit):.0f} s, more than its own limit of "
+                    f"{clock.limit_s:g} s (the trainer was stopped; its batch trained without it)"
+                )
+            batch[culprit].outcome = Outcome.failure(clock.stages[culprit], reason)
+            return [(others, isolate)] if others else []
+        if size > 1 and not isolate:  # nobody's programs ran: again, each compiled alone
+            logger.warning("a trainer of %d failed outside any candidate: %s", size, failure)
+            return [(batch, True)]
+        stage = run.stage if run.stage in TRAINER_STAGES else "probes"
+        if not self._trainer_works(task, batch[0].seeds, references, isolate):
+            for candidate in batch:
+                candidate.outcome = Outcome.evaluator_fault(failure, stage)
+            return []
+        if size == 1:
+            reason = f"{failure} (outside its own programs; the trainer works without it)"
+            batch[0].outcome = Outcome.failure(stage, reason)
+            return []
+        return [(batch[: size // 2], True), (batch[size // 2 :], True)]
+
+    def _job(self, task, batch: list, seeds, references, known, isolate: bool) -> dict:
+        """The trainer job of `batch` (an `evaluate` job) on training seeds `seeds`."""
+        return {
+            "kind": "evaluate",
+            "task": task.name,
+            "artifacts": [c.artifact for c in batch],
+            "probe_seeds": [c.train_probe_seed for c in batch],
+            "known_fingerprints": known,
+            "settings": self.batch_settings(batch[0].seeds.values).job_settings()
+            if batch
+            else None,
+            "platform": self.platform,
+            "references": [
+                {"key": key, "baseline_mean": r.baseline_mean, "random_mean": r.random_mean}
+                for key, r in references.items()
+            ],
+            "isolate": isolate,
+        }
+
+    def _trainer_works(self, task, seeds, references, isolate: bool) -> bool:
+        """The control: whether the same job with no candidate, the task's baseline program
+        (trusted; exported in the trainer) trained in their place, gives a result."""
+        job = {**self._job(task, [], seeds, references, {}, isolate), "control": True}
+        run = self.run_trainer(job, self.job_limit(plan_runs(self.settings), references, 1), None)
+        works = run.status == "ok" and run.result.get("kind") == "evaluate"
+        logger.warning("the control trainer job %s", "works" if works else training_failure(run))
+        return works
+
+    def _read_outcomes(self, run: WorkerResult, batch: list, plan, references) -> None:
+        """Each candidate's Outcome from the trainer's result, validated and rescored here; a
+        malformed result is the trusted trainer's fault, never a candidate's."""
+        payload = run.result.get("payload")
+        outcomes = payload.get("outcomes") if isinstance(payload, dict) else None
+        if not isinstance(outcomes, list) or len(outcomes) != len(batch):
+            logger.error("malformed trainer result: %r", str(payload)[:500])
+            for candidate in batch:
+                candidate.outcome = Outcome.evaluator_fault("malformed result")
+            return
+        for candidate, data in zip(batch, outcomes):
+            try:
+                candidate.outcome = verify_outcome(
+                    parse_outcome(data),
+                    plan,
+                    references,
+                    self.batch_settings(candidate.seeds.values),
+                )
+            except MalformedResult as error:
+                logger.error("malformed trainer result: %s", error)
+                candidate.outcome = Outcome.evaluator_fault(f"malformed result ({error})")
+
+
+def training_failure(run: WorkerResult) -> str:
+    """Why the trainer gave no usable result for its batch."""
+    if run.status != "ok":
+        return run.reason or f"the trainer stopped ({run.status}) in stage {run.stage}"
+    payload = run.result.get("payload")
+    error = payload.get("error") if isinstance(payload, dict) else None
+    logger.error("trainer error: %s", payload)
+    return f"the trainer failed in stage {run.stage}: {error}"
+
+
+def verify_outcome(
+    outcome: Outcome,
+    plan: list[PlannedRun],
+    references: dict[str, Reference],
+    settings: CascadeSettings,
+) -> Outcome:
+    """Recompute every score from the raw returns and this process's own references.
+
+    The trainer's own normalised scores, fitness and short-run verdict are replaced by the ones
+    computed here; a result that does not follow the plan is malformed.
+
+    Raises:
+        MalformedResult: when the runs do not match the plan.
+    """
+    # a short run that is the whole run on its env appears once, as that env's "full" score
+    scored = [
+        entry
+        for i, entry in enumerate(plan)
+        if not (i > 0 and entry.stage == "full" and entry.key == plan[i - 1].key)
+    ]
+    scores = []
+    for index, score in enumerate(outcome.env_scores):
+        if index >= len(scored) or score.env != scored[index].config.env_name:
+            raise MalformedResult(f"env score {index} ({score.env}) is not the planned run")
+        entry = scored[index]
+        if score.total_timesteps != entry.steps or score.seeds != settings.training_seeds():
+            raise MalformedResult(f"env score {index} has the wrong budget or seeds")
+        reused = entry.stage == "short" and entry.key in {e.key for e in plan if e.stage == "full"}
+        if score.stage not in ("short", "full") or (
+            score.stage != entry.stage and not (reused and score.stage == "full")
+        ):
+            raise MalformedResult(f"env score {index} has stage {score.stage!r}")
+        reference = references[entry.key]
+        raw = asdict(score)
+        raw["final_returns"] = raw.pop("returns")
+        scores.append(
+            env_score(
+                raw, reference.baseline_mean, reference.random_mean, entry.heldout, score.stage
+            )
+        )
+    outcome.env_scores = scores
+    short = [s for i, s in enumerate(scores) if scored[i].stage == "short"]
+    threshold = settings.short_run_threshold
+    outcome.fitness = outcome.heldout = outcome.fitness_ci = outcome.heldout_ci = None
+    if outcome.passed:
+        if len(scores) != len(scored):
+            raise MalformedResult(f"{len(scores)} env scores for {len(scored)} planned runs")
+        for score in short:
+            if score.normalised is not None and score.normalised < threshold:
+                raise MalformedResult("a passed candidate is below the short-run threshold")
+        full = [s for s in scores if s.stage == "full"]
+        train = [s.normalised for s in full if not s.heldout and s.normalised is not None]
+        held = [s.normalised for s in full if s.heldout and s.normalised is not None]
+        outcome.fitness = aggregate(train) if train else None
+        outcome.heldout = aggregate(held) if held else None
+        outcome.fitness_ci, outcome.heldout_ci = aggregate_intervals(full)
+        if outcome.fitness is not None and not math.isfinite(outcome.fitness):
+            outcome.fitness = outcome.fitness_ci = None
+    return outcome

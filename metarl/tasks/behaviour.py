@@ -1,0 +1,127 @@
+"""The trainer's behavioural check of a task's artifact (rl/behaviour.py), wired to the task.
+
+Why here: the check needs the task's plumbing (how its function is assembled from the
+artifact and plugged into the trainer) to read the trainer's call sizes off the training
+program, and its fingerprint batch for in-domain example rows; the rl layer knows neither.
+
+The call sizes depend only on the task, the configs and the seeds, so they are traced once per
+process (a trainer job evaluates a batch of candidates) and reused.
+
+Cost, measured on the 2-core CPU (stages._prepare, classic suite: 3 configs, 4 seeds):
+reading the call sizes ~3 s per trainer job for the drift or the optimizer (one make_jaxpr of
+BatchProgram's init and segment per config, then cached); the checks themselves ~0.6 s per
+drift candidate (forward and VJP at sizes 1, 64 and 512, and the linearity check) and ~1.5 s
+per optimizer candidate (sizes 1 to 16384, 12 distinct). See the report of the change for the
+share of a demo candidate's evaluation.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import jax
+import numpy as np
+
+from metarl.rl.artifact import ElementSignature, Variant
+from metarl.rl.behaviour import (
+    Role,
+    capture_rows,
+    check_variants,
+    training_call_sizes,
+)
+from metarl.rl.configs import PPOConfig
+from metarl.tasks.base import Task
+from metarl.tasks.probing import fingerprint
+
+_SIZES: dict[tuple, dict[Role, tuple[int, ...]]] = {}
+
+
+def training_sizes(
+    task: Task, variants: dict[str, Variant], configs: Sequence[PPOConfig], seeds: Sequence[int]
+) -> dict[Role, tuple[int, ...]]:
+    """The flat sizes each program of the artifact is called with in training (cached).
+
+    Args:
+        task: the task whose plumbing builds the trainer's components.
+        variants: the verified artifact (traced, not run).
+        configs: every configuration the candidate is trained with.
+        seeds: the training seeds.
+
+    Returns:
+        (variant name, "forward" | "vjp") -> sorted distinct sizes over all configs.
+    """
+    seeds = tuple(int(s) for s in seeds)
+
+    def components(calls: dict[str, Callable]) -> Callable[[jax.Array], object]:
+        function = task.assemble(calls)
+        return lambda index: task.select([function], index)
+
+    merged: dict[Role, set[int]] = {}
+    for config in dict.fromkeys(configs):
+        key = (task.name, config, seeds)
+        if key not in _SIZES:
+            _SIZES[key] = training_call_sizes(
+                variants, task.element_signature, components, [config], seeds
+            )
+        for role, sizes in _SIZES[key].items():
+            merged.setdefault(role, set()).update(sizes)
+    return {role: tuple(sorted(sizes)) for role, sizes in merged.items()}
+
+
+def _default_rows(signature: ElementSignature, count: int = 64) -> list[np.ndarray]:
+    rng = np.random.default_rng(0)
+    rows = []
+    for slots, dtype in signature.inputs:
+        shape = (count,) + tuple(slots)
+        if np.issubdtype(np.dtype(dtype), np.floating):
+            rows.append(rng.normal(0.0, 1.0, shape).astype(dtype))
+        else:
+            rows.append(rng.integers(1, 100, shape).astype(dtype))
+    return rows
+
+
+def example_rows(task: Task) -> dict[str, list[np.ndarray]]:
+    """The per-element rows the task's fingerprint batch becomes (in-domain examples).
+
+    Returns:
+        variant name -> rows, one array per input (shape (rows, *slots)).
+    """
+    signature = task.element_signature
+    names = list(task.per_element(lambda *args: None))
+    if task.fingerprint_inputs is None:
+        return {name: _default_rows(signature) for name in names}
+    inputs = task.fingerprint_inputs()
+    return capture_rows(names, signature, lambda calls: fingerprint(task.assemble(calls), inputs))
+
+
+def check_artifact(
+    task: Task,
+    variants: dict[str, Variant],
+    configs: Sequence[PPOConfig],
+    seeds: Sequence[int],
+    probe_seed: int,
+) -> None:
+    """The artifact is per-sample at the exact sizes training calls it with (rl/behaviour.py).
+
+    Args:
+        task: the task the artifact implements.
+        variants: the verified artifact: the same objects the trainer will call.
+        configs: every configuration the candidate is trained with.
+        seeds: the training seeds.
+        probe_seed: the trusted probe seed (random rows the candidate never saw).
+
+    Raises:
+        BehaviourRejected: a row's outputs depend on its batch, or the VJP is not linear in its
+            cotangent.
+    """
+    sizes = training_sizes(task, variants, configs, seeds)
+    # the actor loss is a mean over the minibatch: its cotangent is 1 / minibatch size
+    scales = sorted({1.0 / config.minibatch_size for config in configs})
+    check_variants(
+        variants,
+        task.element_signature,
+        sizes,
+        example_rows(task),
+        probe_seed,
+        scales if task.element_signature.differentiable else (),
+    )

@@ -1,5 +1,6 @@
 """Whose fault a failed trainer job is (evaluation/batch_training.py), decided in the parent,
-checked against a scripted trainer: no sandbox, no JAX training, a fake clock. Each scripted job
+checked against a scripted trainer: no JAX training, a fake clock (one last test runs a real
+sandboxed worker, for the ticks the candidates' clocks run on). Each scripted job
 plays the trainer's events (`active`, `stage`, the sandbox's ticks) for its artifacts, which are
 plain names saying what the candidate does: "good", "hang" (its programs never return), "die"
 (the trainer dies while they run), "poison" (the shared compile dies, with nobody active,
@@ -12,15 +13,16 @@ ceil(log2 N) + 1 extra trainer jobs, and the other candidates get their own verd
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 
 import pytest
 
 from metarl.evaluation.batch_training import BatchTraining
 from metarl.evaluation.outcome import Outcome, evaluator_fault
-from metarl.evaluation.sandbox import WorkerResult
+from metarl.evaluation.sandbox import WorkerResult, run_job
 from metarl.evaluation.seeds import TrainingSeeds
-from metarl.evaluation.settings import CascadeSettings, Reference, plan_runs
+from metarl.evaluation.settings import CascadeSettings, Reference, SandboxLimits, plan_runs
 from metarl.tasks import get_task
 
 DRIFT = get_task("drift")
@@ -202,3 +204,20 @@ def test_a_trainer_that_never_started_or_sent_a_malformed_result_is_an_evaluator
         assert len(trainer.jobs) == 1
         assert all(evaluator_fault(c.outcome) for c in batch)
         assert all(c.outcome.fault == "evaluator" for c in batch)
+
+
+def test_a_silent_worker_gets_ticks_and_a_tick_can_stop_it():
+    """WorkerProcess.run calls `on_event` with a tick every 0.1 s while no message comes: how
+    the parent's candidate clocks run while a trainer computes without a word."""
+    seen = []
+
+    def on_event(message: dict) -> bool:
+        seen.append(message)
+        return len(seen) >= 3
+
+    source = "def drift(ratio, advantage, epsilon):\n    while True:\n        pass\n"
+    job = {"kind": "trace", "task": "drift", "source": source, "probe_seed": 0, "platform": "cpu"}
+    start = time.perf_counter()
+    result = run_job(job, SandboxLimits(timeout_s=60), on_event, role="tracer")
+    assert result.status == "stopped" and time.perf_counter() - start < 40
+    assert seen == [{"event": "tick"}] * 3 and {"event": "tick"} not in result.events

@@ -5,7 +5,7 @@ end to end through the sandboxed cascade, with hostile candidates in batches of 
   `shape_assertion` (at most 127 elements) on its VJP. The probes differentiate it on 64
   elements and pass; the trainer calls its VJP on 128 per seed, where it cannot compile, which
   used to fail the shared compile and with it the whole batch;
-- a **training-only hang**: an optimizer rule of 20,000 sequential steps per call, a moment on
+- a **training-only hang**: an optimizer rule of 200,000 sequential steps per call, a moment on
   the probes' few elements and minutes on a network's thousands, i.e. a trainer that stops
   answering only in training (a loop gated on *values* cannot reach the trainer: its exported
   program needs a reduction over the batch axis, refused by the verification, see
@@ -60,9 +60,9 @@ def optimizer(grad, param, momentum, state, step, progress, lr):
 """
 HANG = """
 def optimizer(grad, param, momentum, state, step, progress, lr):
-    # 20,000 sequential steps per call: a moment on the probes' few elements, minutes on a
-    # network's thousands of parameters in training
-    spin = lax.fori_loop(0, 20000, lambda i, x: jnp.sin(x) + grad, grad)
+    # 200,000 sequential steps per call: a moment on the probes' few elements, many minutes
+    # on a network's thousands of parameters, hundreds of calls in training
+    spin = lax.fori_loop(0, 200000, lambda i, x: jnp.sin(x) + grad, grad)
     return -lr * grad + 0.0 * spin, state
 """
 MAX_EXTRA_JOBS = math.ceil(math.log2(4)) + 1

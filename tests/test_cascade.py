@@ -265,8 +265,13 @@ def test_a_batch_isolates_a_candidate_that_kills_its_trainer_and_scores_the_othe
     assert overflowing.reason.startswith("training produced NaN/inf at update")
     assert not hog.passed and hog.stage == "short"
     assert "timed out" in hog.reason or "memory" in hog.reason, hog.reason
-    # the hog was split off: it failed alone, in its own trainer
-    assert hog.sandbox["batch"] == {"size": 1, "position": 0}
+    # blamed alone: stopped by its own clock in the batch's trainer ("timed out ... more than
+    # its own limit"), or, out of memory, once it failed in a trainer of its own; the others
+    # were trained again without it
+    if "more than its own limit" in hog.reason:
+        assert hog.sandbox["batch"] == {"size": 3, "position": 0}
+    else:
+        assert hog.sandbox["batch"] == {"size": 1, "position": 0}
     assert honest.sandbox["batch"]["size"] == 2
     assert all(gone(o.sandbox["worker_pid"]) for o in (hog, honest, overflowing))
 

@@ -106,6 +106,18 @@ def test_candidate_prints_stay_out_of_the_json(tmp_path):
         (["evaluate", "{seed}", "--task", "drift", "--suite", "atari"], "unknown suite 'atari'"),
         (["evaluate", "{seed}", "--task", "drift", "--seeds", "0"], "--seeds must be at least 1"),
         (["evaluate", "{dir}", "--task", "drift"], "not a file"),
+        (
+            ["evaluate", "{seed}", "--task", "drift", "--seed-values", "0,x"],
+            "--seed-values: seed values must be integers",
+        ),
+        (
+            ["evaluate", "{seed}", "--task", "drift", "--seed-values", "3,3"],
+            "--seed-values: seed values must be distinct",
+        ),
+        (
+            ["evaluate", "{seed}", "--task", "drift", "--seeds", "2", "--seed-values", "5"],
+            "--seeds 2 but 1 --seed-values",
+        ),
     ],
 )
 def test_usage_errors_exit_2_with_one_line_and_no_traceback(args, message):

@@ -130,13 +130,56 @@ def test_drift_probe_failures(body, reason):
     assert reason in report.reason, report.reason
 
 
-def test_drift_policy_nonzero_at_ratio_one_is_a_warning_not_a_failure():
-    report = probe("drift", drift("    return jnp.abs(ratio - 1.0) + 0.1\n"))
+@pytest.mark.parametrize(
+    "body, reason",
+    [
+        ("    return jnp.abs(ratio - 1.0) + 0.1\n", "drift is 0.1 (not 0) at ratio=1"),
+        # jnp.maximum splits the gradient at a tie: slope 0.5 * |A| at ratio = 1
+        (
+            "    return jnp.maximum(ratio - 1.0, 0.0) * jnp.abs(advantage)\n",
+            "d drift / d ratio is 6 (not 0) at ratio=1, advantage=-12",
+        ),
+        # only for |A| beyond the probe batch's: the training range is checked too
+        (
+            "    return jnp.square(ratio - 1.0) + 1e-3 * jax.nn.relu(jnp.abs(advantage) - 8.0)\n",
+            "(not 0) at ratio=1, advantage=-12",
+        ),
+    ],
+)
+def test_drift_nonzero_or_sloped_at_ratio_one_is_refused(body, reason):
+    report = probe("drift", drift(body))
+    assert not report.ok
+    assert reason in report.reason, report.reason
+
+
+def test_a_squared_penalty_is_zero_and_flat_at_ratio_one():
+    report = probe("drift", drift("    return 0.5 * jnp.square(ratio - 1.0)\n"))
     assert report.ok, report.reason
-    assert any("(not 0) at ratio=1" in w for w in report.warnings)
-    assert any("d drift / d ratio" in w for w in report.warnings)
-    # a squared penalty is zero with zero slope at ratio = 1: no warnings
-    assert probe("drift", drift("    return 0.5 * jnp.square(ratio - 1.0)\n")).warnings == []
+    assert report.warnings == []
+
+
+FORGED_GRADIENTS = {
+    "negated": "c + (ratio - jax.lax.stop_gradient(ratio)) * (-2.0 * advantage)",
+    "scaled by 0.9": "jax.lax.stop_gradient(c) + 0.9 * (c - jax.lax.stop_gradient(c))",
+    "stopped": "jax.lax.stop_gradient(c)",
+    "changed for |A| > 1.5": (
+        "c + (ratio - jax.lax.stop_gradient(ratio)) * jnp.where(jnp.abs(advantage) > 1.5, "
+        "advantage, 0.0)"
+    ),
+}
+
+
+@pytest.mark.parametrize("forgery", FORGED_GRADIENTS)
+@pytest.mark.parametrize("rng_seed", [0, 7, 12345])
+def test_a_gradient_that_is_not_the_slope_of_the_values_is_refused(forgery, rng_seed):
+    """PPO-clip's values with another gradient (what training would follow)."""
+    body = (
+        "    c = jax.nn.relu((ratio - jnp.clip(ratio, 1.0 - epsilon, 1.0 + epsilon)) * advantage)\n"
+        f"    return {FORGED_GRADIENTS[forgery]}\n"
+    )
+    report = probe("drift", drift(body), rng_seed)
+    assert not report.ok
+    assert "is not the slope of its values" in report.reason, report.reason
 
 
 @pytest.mark.parametrize(

@@ -26,7 +26,8 @@ from PIL import Image
 from report_pages import rows, sections
 
 from metarl.archives.queries import Setting, reference_setting
-from metarl.archives.store import Archive
+from metarl.archives.store import Archive, outcome_columns
+from metarl.evaluation.outcome import Outcome
 from metarl.report.figures import sample
 from metarl.report.page import write_report
 from metarl.report.settings import ReportSettings
@@ -343,6 +344,26 @@ def test_the_funnel_counts_proposals_not_seed_programs():
         ("full", 1, 0),
     ]
     assert funnel.reasons[0] == ("probes", "probes broke", 2)
+
+
+def test_evaluator_faults_are_their_own_row_of_the_funnel_not_a_stage_that_stopped_them():
+    fault = outcome_columns(Outcome.evaluator_fault("malformed result", "short"))
+    assert fault["status"] == "fault"
+    legacy = point(3, None, status="failed", stage="probes")  # from before the fault status
+    legacy.reason = "internal evaluator error: malformed result"
+    points = [
+        point(1, None, status="fault", stage="short"),
+        point(2, None, status="failed", stage="probes"),
+        legacy,
+        point(4, 0.9),
+    ]
+    funnel = funnel_of(points, reasons=10)
+    assert funnel.total == 4 and funnel.faults == 2 and funnel.passed == 1
+    assert [(s.stage, s.entered, s.stopped) for s in funnel.stages if s.stopped] == [
+        ("probes", 2, 1)
+    ]
+    assert funnel.stages[0].entered == 2  # the judged proposals
+    assert ("evaluator fault", "short broke", 1) in funnel.reasons
 
 
 def test_a_sample_keeps_every_incumbent_and_stays_under_the_limit():

@@ -36,6 +36,7 @@ def _candidate_header(cid: str, row: dict, children: list[str]) -> Grid:
     header.add_row(
         "fitness",
         f"{fmt_interval(row['fitness'], _row_interval(row, 'fitness'))} on seeds {row['seeds']}"
+        + (" (pinned)" if (row.get("outcome") or {}).get("seeds_pinned") else "")
         + (
             " · confirmed "
             f"{fmt_interval(row['confirmed_fitness'], _row_interval(row, 'confirmed_fitness'))} on "

@@ -116,6 +116,13 @@ def print_outcome(outcome, path: Path, task: str, settings) -> None:
             ),
             style="dim",
         )
+        seeds = outcome.env_scores[0].seeds
+        say(
+            f"training seeds {','.join(map(str, seeds))} "
+            + ("(pinned)" if outcome.seeds_pinned else "(drawn for this batch)")
+            + f"; re-run on them with --seed-values {','.join(map(str, seeds))}",
+            style="dim",
+        )
         published = [s for s in outcome.env_scores if s.published]
         if published:
             say(

@@ -126,8 +126,8 @@ class DiscoveryLoop:
             )
         self.run_id, self.state = self.book.run_id, self.book.state
         if self.state.seed_pool is None and self.config.seed_values is None:
-            largest = max(self.config.seeds, self.config.confirm_seeds or 0)
-            self.state.seed_pool = list(draw_pool(pool_size(largest)))
+            counts = [self.config.seeds] + [self.config.confirm_seeds or 0] * self.config.confirm
+            self.state.seed_pool = list(draw_pool(pool_size(*counts)))
         self.rows = records.RowMaker(
             self.run_id, self.task.name, self.config, self.versions, self.device
         )

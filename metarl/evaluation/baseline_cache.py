@@ -36,12 +36,16 @@ def cache_dir() -> Path:
 
 
 def compilation_cache_dir() -> Path:
-    """JAX's persistent compilation cache, shared by the trainers (never the tracers).
+    """JAX's persistent compilation cache, read by the trainers (never the tracers).
 
     Programs that repeat (baselines, the seed programs' batch at the start of every run,
     confirmations, a resumed generation) load their executable instead of compiling it:
-    measured on the 2-core CPU, a CartPole program's 13.1 s compile became a 1.9 s load. JAX
-    keys each entry by the program, the compile options, the backend and its own version.
+    measured on the 2-core CPU, a CartPole program's 13.1 s compile became a 1.9 s load (a
+    smoke baseline job, compile and run: 12.9 s cold, 4.7-5.2 s warm). JAX keys each entry by
+    the program, the compile options, the backend and its own version. Trainers see it
+    read-only; what one compiles goes to its private staging directory and is copied in by the
+    parent only when it finished cleanly (evaluation/xla_cache.py), so a crashed or killed
+    trainer cannot leave a partial entry.
     """
     return cache_root() / "xla"
 

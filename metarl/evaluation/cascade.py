@@ -81,6 +81,7 @@ import numpy as np
 
 from metarl import platform
 from metarl.evaluation import baseline_cache
+from metarl.evaluation.artifact_precheck import precheck
 from metarl.evaluation.batch_training import BatchTraining, OnEvent, verify_outcome
 from metarl.evaluation.executors import ExecutorSettings, make_executor
 from metarl.evaluation.outcome import Outcome
@@ -344,6 +345,7 @@ class Evaluator:
         if traced:
             with ThreadPoolExecutor(self.workers, thread_name_prefix="metarl-trace") as pool:
                 list(pool.map(lambda c: self._trace(c, task_obj), traced))
+        self._precheck(task_obj, [c for c in candidates if c.outcome is None])
         ready = [c for c in candidates if c.outcome is None]
         if ready:
             try:
@@ -367,6 +369,26 @@ class Evaluator:
         if not report.ok:
             candidate.outcome = Outcome.failure("static", report.reason)
 
+    # -- artifact pre-check (evaluation/artifact_precheck.py) ------------------------------------
+    def _precheck(self, task, pending: list["_Pending"]) -> None:
+        """Parse every traced artifact in one fresh tracer-type worker before a trainer sees any:
+        one that crashes JAX's deserialiser fails there, never in the trainer."""
+        settings = self.settings
+
+        def run(job: dict, limit: float) -> WorkerResult:
+            with self._slots:
+                return self._executor.run("tracer", job, limit)
+
+        start = time.perf_counter()
+        artifacts = [candidate.artifact for candidate in pending]
+        limit = min(settings.trace_timeout_s, settings.timeout_s)
+        verdicts = precheck(run, task.name, artifacts, self.platform, limit, self.workers)
+        for candidate, verdict in zip(pending, verdicts):
+            candidate.timings["precheck"] = (time.perf_counter() - start) / len(pending)
+            if verdict is not None:
+                candidate.outcome = verdict
+
+    # -- end of the artifact pre-check -----------------------------------------------------------
     def _trace(self, candidate: "_Pending", task) -> None:
         """Stage 2's untrusted half in a sandboxed tracer: probes and export of the source."""
         settings = self.settings

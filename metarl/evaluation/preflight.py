@@ -212,7 +212,8 @@ class GroupPrograms:
     Attributes:
         programs: per position, (program, the candidate's index in it); None when it failed.
         failures: position -> why the candidate cannot be trained (its own reason).
-        compile_s: per position, its share of the compile time.
+        compile_s: per position, its pre-flight and its shares of the call-site tracing and
+            the compile.
     """
 
     programs: list[tuple[BatchProgram, int] | None]
@@ -257,19 +258,22 @@ def compile_group(
     def active(index: int | None) -> None:
         report("active", index=index, **({"stage": stage} if index is not None else {}))
 
+    start = time.perf_counter()
     sites = call_sites(task, config, seeds, platform)
     failures: dict[int, str] = {}
+    compile_s = [(time.perf_counter() - start) / len(candidates)] * len(candidates)
     for position, candidate in enumerate(candidates):
+        start = time.perf_counter()
         active(candidate.index)
         try:
             reason = preflight(task, candidate.artifact, sites, platform)
         finally:
             active(None)
+        compile_s[position] += time.perf_counter() - start
         if reason is not None:
             failures[position] = reason
     left = [p for p in range(len(candidates)) if p not in failures]
     programs: list[tuple[BatchProgram, int] | None] = [None] * len(candidates)
-    compile_s = [0.0] * len(candidates)
     if left and not isolate:
         functions = [candidates[p].function for p in left]
         start = time.perf_counter()
@@ -281,7 +285,8 @@ def compile_group(
         else:
             share = (time.perf_counter() - start) / len(left)
             for slot, position in enumerate(left):
-                programs[position], compile_s[position] = (shared, slot), share
+                programs[position] = (shared, slot)
+                compile_s[position] += share
     for position in left if isolate else ():
         function = candidates[position].function
         start = time.perf_counter()
@@ -297,5 +302,5 @@ def compile_group(
             )
         finally:
             active(None)
-        compile_s[position] = time.perf_counter() - start
+        compile_s[position] += time.perf_counter() - start
     return GroupPrograms(programs, failures, compile_s)

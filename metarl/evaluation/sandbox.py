@@ -24,38 +24,25 @@ Design (measured on a 2-core CPU: importing jax+gymnax+metarl costs ~3 s, compil
   8 GB leaves room; skipped when a CUDA plugin is installed since CUDA reserves far more), plus a
   resident-memory watchdog here in the parent that kills the tree above memory_mb (the only
   memory limit on GPU); RLIMIT_CPU = cpu_s (default: timeout x cores + 60 s); RLIMIT_FSIZE =
-  max_file_mb (a candidate printing more kills its worker with SIGXFSZ); RLIMIT_NOFILE; no core
-  dumps. The wall clock is enforced here: after `timeout_s` the whole process group gets
-  SIGKILL (SIGALRM cannot interrupt XLA), and we wait until no process of it is left.
-- **OS isolation: bubblewrap.** Every worker runs under `bwrap` (Debian's `bubblewrap`): new
-  user, PID, mount, network, IPC, UTS and cgroup namespaces (`--unshare-all`), an unprivileged
-  uid inside, all capabilities dropped, a new session (no terminal injection), its own `/proc`
-  (no other process is visible, so none can be read or signalled; `setns` has nothing to join),
-  an empty network namespace (no TCP, no abstract unix sockets, nothing to `_socket` into),
-  read-only binds of exactly the interpreter, the virtual environment and the metarl package
-  (not the project directory, not the archive, not the cache, not `/etc`, not `$HOME`), a
-  size-capped tmpfs as `/tmp`, cwd and `$HOME` (so a candidate can write at most
-  `tmpfs_mb` in total, all of it gone with the sandbox), and `--die-with-parent`. bwrap itself is
-  started with an empty environment (its PID-1 helper's `/proc/1/environ` is readable from
-  inside), and the worker gets only the allow-listed variables below. When the worker's process
-  group is killed, the PID namespace goes with it: a grandchild that called `setsid` dies too.
-  Where bwrap is missing or cannot create namespaces, candidate code does not run at all,
-  unless the user passes the loudly named `unsafe_no_sandbox` opt-out (then: the older
-  rlimit/netns/socket-stub isolation only, reported in `Outcome.sandbox`).
-- **Environment.** An allow-list (locale, XLA/JAX/CUDA settings) with anything named like *KEY*,
-  *TOKEN*, *SECRET*, *PASSWORD*, *CREDENTIAL* removed; HOME and TMPDIR are the private tmpfs.
-  Nothing a worker writes persists: baselines and random returns are cached by the parent.
-  On a GPU, workers start with XLA_PYTHON_CLIENT_PREALLOCATE=false so that a spare initialising
-  its backend does not take the memory of the worker that is training.
+  max_file_mb (a candidate printing more kills its worker with SIGXFSZ); RLIMIT_NOFILE;
+  RLIMIT_MSGQUEUE = 0; no core dumps; at most `process_limit()` processes and threads (264 on
+  2 cores; os_limits.py). The wall clock is enforced here: after `timeout_s` the whole process
+  group gets SIGKILL (SIGALRM cannot interrupt XLA), and we wait until no process of it is left.
+- **OS isolation: bubblewrap** (isolation.py, os_limits.py): new namespaces, an unprivileged
+  uid, no capabilities, read-only binds of the interpreter, the venv and metarl only, no
+  network, writable only size-capped tmpfs mounts, `/dev/nvidia*` and the compilation cache
+  (read-only, plus a staging directory: xla_cache.py) for trainers only, a scrubbed
+  environment. Killing the worker's process group kills its PID namespace. Without bwrap,
+  candidate code does not run, unless the loudly named `unsafe_no_sandbox` opt-out is given
+  (rlimit/netns/socket-stub isolation only, reported in `Outcome.sandbox`).
 """
 
 from __future__ import annotations
 
 import atexit
-import glob
 import json
+import logging
 import os
-import re
 import select
 import shutil
 import signal
@@ -67,27 +54,35 @@ import time
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Callable
 
-import psutil
-
+from metarl.evaluation.isolation import (  # noqa: F401 - re-exported for existing callers
+    BWRAP,
+    CACHE_ENVVAR,
+    SANDBOX_CACHE,
+    SANDBOX_HOME,
+    SandboxUnavailable,
+    bubblewrap_command,
+    check_bubblewrap,
+    launch,
+    scrubbed_environment,
+)
+from metarl.evaluation.os_limits import (  # noqa: F401 - re-exported for existing callers
+    ProcessLimit,
+    process_group_alive,
+    process_limit,
+    tree_rss_mb,
+    tree_tasks,
+)
 from metarl.evaluation.settings import SandboxLimits
+from metarl.evaluation.xla_cache import Staging
 
-BWRAP = "bwrap"
-SANDBOX_HOME = "/tmp"
-SANDBOX_CACHE = "/metarl-xla-cache"  # where a trainer sees the compilation cache
-CACHE_ENVVAR = "METARL_XLA_CACHE"  # tells the worker (a trainer) to use it
+logger = logging.getLogger(__name__)
 # The longest channel line the parent accepts. The largest honest message, a full run's
 # per-update returns with its artifact, is well under 1 MB; a longer line is garbled output,
 # dropped while it streams (a 64 MB forged line costs the parent no more than its reading).
 MAX_MESSAGE_BYTES = 16 << 20
 TICK = {"event": "tick"}  # what `on_event` sees while no message arrives (WorkerProcess.run)
-_SECRET_PATTERN = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
-_ENV_ALLOW = re.compile(
-    r"^(PATH|PYTHONPATH|LANG|LANGUAGE|LC_[A-Z]+|TZ|VIRTUAL_ENV|XLA_FLAGS|XLA_PYTHON_CLIENT_.*|"
-    r"JAX_.*|TF_CPP_.*|CUDA_.*|NVIDIA_.*|LD_LIBRARY_PATH|OMP_NUM_THREADS)$"
-)
 
 
 @dataclass
@@ -105,123 +100,7 @@ class WorkerResult:
     events: list = field(default_factory=list)
     workdir: str = ""  # the worker's temp dir (removed by the time this is returned)
     pid: int | None = None
-
-
-class SandboxUnavailable(RuntimeError):
-    """bubblewrap is missing or cannot create namespaces here, and no opt-out was given."""
-
-
-def scrubbed_environment(tmpdir: str) -> dict:
-    env = {
-        k: v for k, v in os.environ.items() if _ENV_ALLOW.match(k) and not _SECRET_PATTERN.search(k)
-    }
-    env.update(
-        HOME=tmpdir,
-        TMPDIR=tmpdir,
-        PYTHONDONTWRITEBYTECODE="1",
-        PYTHONUNBUFFERED="1",
-        PYTHONNOUSERSITE="1",
-        TF_CPP_MIN_LOG_LEVEL=env.get("TF_CPP_MIN_LOG_LEVEL", "2"),
-        # a pre-warmed spare initialises the backend while another worker trains: on a GPU it
-        # must not grab 75% of the device's memory up front (XLA's default)
-        XLA_PYTHON_CLIENT_PREALLOCATE=env.get("XLA_PYTHON_CLIENT_PREALLOCATE", "false"),
-    )
-    return env
-
-
-def _package_root() -> str:
-    return str(Path(__file__).resolve().parent.parent)
-
-
-def _read_only_paths() -> list[str]:
-    """What a worker needs to run Python: system libraries, the interpreter, the venv, metarl."""
-    paths = ["/usr", "/lib", "/lib64", "/bin", "/etc/ld.so.cache", "/etc/alternatives"]
-    for prefix in {sys.base_prefix, sys.prefix, sys.exec_prefix}:
-        paths.append(str(Path(prefix).resolve()))
-        paths.append(prefix)
-    executable = Path(sys.executable)
-    paths += [str(executable.parent), str(executable.resolve().parent.parent)]
-    paths.append(_package_root())
-    seen, out = set(), []
-    for path in paths:
-        if path not in seen and os.path.exists(path):
-            seen.add(path)
-            out.append(path)
-    return out
-
-
-def bubblewrap_command(
-    environment: dict, tmpfs_mb: int, writable: dict[str, str] | None = None
-) -> list[str]:
-    """The `bwrap ... --` prefix that isolates a worker (see the module docstring).
-
-    `writable` maps host directories to where a trusted trainer sees them (the compilation
-    cache); a tracer is never given one.
-    """
-    binary = shutil.which(BWRAP)
-    if binary is None:
-        raise SandboxUnavailable(
-            "bubblewrap (bwrap) is not installed: candidate code runs only inside it. Install it "
-            "(Debian/Ubuntu: apt-get install bubblewrap), or pass --unsafe-no-sandbox to run "
-            "candidates without isolation"
-        )
-    command = [
-        binary,
-        "--unshare-all",
-        "--die-with-parent",
-        "--new-session",
-        "--cap-drop",
-        "ALL",
-        "--uid",
-        "65534",
-        "--gid",
-        "65534",
-        "--hostname",
-        "metarl-sandbox",
-    ]
-    # the tmpfs first: read-only binds that live under /tmp (a checkout in /tmp) go on top of it
-    command += ["--size", str(int(tmpfs_mb) * 2**20), "--tmpfs", SANDBOX_HOME]
-    for path in _read_only_paths():
-        command += ["--ro-bind", path, path]
-    for host, inside in (writable or {}).items():
-        command += ["--bind", host, inside]
-    command += ["--proc", "/proc", "--dev", "/dev"]
-    for device in sorted(glob.glob("/dev/nvidia*")):  # the trainer's GPU, when there is one
-        command += ["--dev-bind", device, device]
-    command += ["--chdir", SANDBOX_HOME]
-    for key, value in sorted(environment.items()):
-        command += ["--setenv", key, value]
-    return command + ["--"]
-
-
-_BWRAP_WORKS: dict[str, str | None] = {}
-
-
-def check_bubblewrap() -> None:
-    """Raise SandboxUnavailable unless bwrap can start a process here (checked once)."""
-    if "result" not in _BWRAP_WORKS:
-        try:
-            command = bubblewrap_command({"PATH": "/usr/bin:/bin"}, 1) + [
-                sys.executable,
-                "-c",
-                "pass",
-            ]
-            done = subprocess.run(command, env={}, capture_output=True, timeout=60)
-            _BWRAP_WORKS["result"] = (
-                None
-                if done.returncode == 0
-                else (
-                    "bubblewrap (bwrap) cannot create its namespaces here: "
-                    + done.stderr.decode("utf-8", "replace").strip()[-300:]
-                    + ". Pass --unsafe-no-sandbox to run candidates without isolation"
-                )
-            )
-        except SandboxUnavailable as error:
-            _BWRAP_WORKS["result"] = str(error)
-        except (OSError, subprocess.TimeoutExpired) as error:
-            _BWRAP_WORKS["result"] = f"bubblewrap (bwrap) failed to start: {error}"
-    if _BWRAP_WORKS["result"] is not None:
-        raise SandboxUnavailable(_BWRAP_WORKS["result"])
+    cache_committed: int = 0  # compilation cache entries the parent committed (a trainer's)
 
 
 def _signal_name(returncode: int | None) -> str:
@@ -231,38 +110,6 @@ def _signal_name(returncode: int | None) -> str:
         return signal.Signals(-returncode).name
     except ValueError:
         return f"signal {-returncode}"
-
-
-def process_group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # zombies answer kill(0) until reaped: only count live members
-    for proc in psutil.process_iter(["pid"]):
-        try:
-            if os.getpgid(proc.pid) == pgid and proc.status() != psutil.STATUS_ZOMBIE:
-                return True
-        except (ProcessLookupError, psutil.Error, OSError):
-            continue
-    return False
-
-
-def _tree_rss_mb(pid: int) -> float:
-    """Resident memory of `pid` and its descendants in MiB; 0 once the process is gone."""
-    try:
-        root = psutil.Process(pid)
-        total = root.memory_info().rss
-        for child in root.children(recursive=True):
-            try:
-                total += child.memory_info().rss
-            except psutil.Error:
-                pass
-        return total / 2**20
-    except psutil.Error:  # the worker exited between the poll and the read
-        return 0.0
 
 
 def _parse_message(line: bytes) -> dict | None:
@@ -291,9 +138,10 @@ class WorkerProcess:
         """Args:
         limits: the worker's limits.
         python: the interpreter (default: this one).
-        role: "tracer" (runs candidate Python) or "trainer" (never does).
-        device: the only accelerator the worker may see (its CUDA_VISIBLE_DEVICES); None:
-            whatever this process sees.
+        role: "tracer" (runs candidate Python, or checks artifacts; no device, no cache) or
+            "trainer" (never runs candidate Python).
+        device: the only accelerator a trainer may see (its CUDA_VISIBLE_DEVICES, and the
+            only GPU node bound); None: whatever this process sees.
         """
         self.limits = limits
         self.role = role
@@ -311,6 +159,10 @@ class WorkerProcess:
         self._closed = False
         self._kill_lock = threading.Lock()
         self.pgid: int | None = None
+        self.processes = ProcessLimit(process_limit())
+        self._limit_reason: str | None = None  # set when the watchdog kills the tree
+        self._commit_cache = False  # set by `run` when the job finished with a result
+        self.cache_committed = 0
         command = [
             python or sys.executable,
             *(["-P"] if sys.version_info >= (3, 11) else []),
@@ -330,26 +182,19 @@ class WorkerProcess:
             str(int(limits.nofile)),
         ]
         cache = limits.compilation_cache if role == "trainer" else None
-        if cache:
-            os.makedirs(cache, exist_ok=True)
-        if limits.unsafe_no_sandbox:
-            self.isolation = "none (unsafe_no_sandbox)"
-            environment = scrubbed_environment(self.tmpdir)
-            if cache:
-                environment[CACHE_ENVVAR] = cache
-            if device is not None:
-                environment["CUDA_VISIBLE_DEVICES"] = device
-        else:
-            self.isolation = "bubblewrap"
-            inside = scrubbed_environment(SANDBOX_HOME)
-            if cache:
-                inside[CACHE_ENVVAR] = SANDBOX_CACHE
-            if device is not None:
-                inside["CUDA_VISIBLE_DEVICES"] = device
-            writable = {cache: SANDBOX_CACHE} if cache else None
-            prefix = bubblewrap_command(inside, limits.tmpfs_mb, writable)
-            command = prefix + command + ["--sandboxed"]
-            environment = {}  # bwrap's own PID-1 helper keeps this: nothing to read there
+        # a trainer reads the cache and writes only its own staging directory (xla_cache.py)
+        self.staging = Staging(cache, os.path.join(self.tmpdir, "xla")) if cache else None
+        staging = str(self.staging.path) if self.staging else None
+        try:
+            spec = launch(command, limits, role, device, self.tmpdir, staging, self.processes)
+        except BaseException:  # SandboxUnavailable: nothing started, nothing to leave behind
+            self.processes.release()
+            os.close(write_fd)
+            os.close(self.read_fd)
+            shutil.rmtree(self.tmpdir, ignore_errors=True)
+            raise
+        self.isolation, self._cache_inside = spec.isolation, spec.cache_inside
+        command, environment, filter_fd = spec.command, spec.environment, spec.filter_fd
         cwd = self.tmpdir
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
             try:
@@ -360,12 +205,17 @@ class WorkerProcess:
                     stderr=err,
                     cwd=cwd,
                     env=environment,
-                    pass_fds=(write_fd,),
+                    pass_fds=(write_fd,) if filter_fd is None else (write_fd, filter_fd),
                     start_new_session=True,
                     close_fds=True,
                 )
+            except BaseException:
+                self.processes.release()
+                raise
             finally:
                 os.close(write_fd)
+                if filter_fd is not None:
+                    os.close(filter_fd)
         self.pgid = self.proc.pid  # start_new_session: the worker leads its own group
         self.pid = self.proc.pid
 
@@ -425,6 +275,10 @@ class WorkerProcess:
                 if message.get("event") == "ready":
                     self.ready_at = time.perf_counter()
                     self.ready_info = message
+                    self.ready_info["processes"] = {
+                        "limit": self.processes.limit,
+                        "enforced_by": self.processes.mechanism,
+                    }
                     return True
             if eof or self.proc.poll() is not None:
                 return False
@@ -500,6 +354,8 @@ class WorkerProcess:
             pid=self.pid,
         )
         stage = job.get("first_stage", "probes")
+        if self.staging is not None:  # the cache's entries as of now, read-only
+            self.staging.link(self._cache_inside)
         started = time.perf_counter()
         try:
             self.proc.stdin.write((json.dumps(job) + "\n").encode())
@@ -518,7 +374,7 @@ class WorkerProcess:
                 break
             if now >= next_memory_check:
                 next_memory_check = now + self.limits.memory_poll_s
-                rss = _tree_rss_mb(self.pid)
+                rss = tree_rss_mb(self.pid)
                 if rss > self.limits.memory_mb:
                     result.status = "memory"
                     result.reason = (
@@ -526,6 +382,14 @@ class WorkerProcess:
                         f"{rss:.0f} MB) in stage {stage}"
                     )
                     break
+                if self.processes.mechanism == "watchdog":
+                    tasks = tree_tasks(self.pid)
+                    if tasks > self.processes.limit:
+                        self._limit_reason = (
+                            f"exceeded the limit of {self.processes.limit} processes and "
+                            f"threads ({tasks}) in stage {stage}"
+                        )
+                        break
             if eof:
                 break
             messages, eof = self._read_messages(min(0.1, deadline - now))
@@ -563,17 +427,21 @@ class WorkerProcess:
         result.stage = stage
         timings["sandbox"] = time.perf_counter() - started
         teardown_start = time.perf_counter()
-        if result.status == "died":
+        if result.status == "died" and self._limit_reason is None:
             try:  # it is exiting on its own: let it, so that its exit status says why
                 self.proc.wait(timeout=2)
             except subprocess.TimeoutExpired:
                 pass
         result.output = self.output()
+        self._commit_cache = result.status == "ok"  # a crashed or stopped trainer's: discarded
         self.kill()
         result.returncode = self.proc.returncode
+        result.cache_committed = self.cache_committed
         timings["teardown"] = time.perf_counter() - teardown_start
         if result.status == "died":
-            result.reason = self._death_reason(stage, result.returncode, result.output)
+            result.reason = self._limit_reason or self._death_reason(
+                stage, result.returncode, result.output
+            )
         return result
 
     def _death_reason(self, stage: str, returncode: int | None, output: str) -> str:
@@ -605,7 +473,8 @@ class WorkerProcess:
         )
 
     def kill(self) -> None:
-        """SIGKILL the worker's whole process group, reap it, remove its temp dir."""
+        """SIGKILL the worker's whole process group, reap it, commit (after a clean job) or
+        discard its compilation cache entries, remove its temp dir."""
         with self._kill_lock:
             if self._closed:
                 return
@@ -644,6 +513,11 @@ class WorkerProcess:
             os.close(self.read_fd)
         except OSError:
             pass
+        self.processes.release()  # anything still in the worker's cgroup dies now
+        if self.staging is not None:  # the worker is gone: nothing writes the staging any more
+            if self._commit_cache:
+                self.cache_committed = self.staging.commit()
+            self.staging.discard()
         shutil.rmtree(self.tmpdir, ignore_errors=True)
 
 

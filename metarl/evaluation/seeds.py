@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 SEED_LIMIT = 2**31  # seed values are drawn from [0, SEED_LIMIT)
-POOL_FACTOR = 4  # a pool holds this many times the largest count drawn from it
+POOL_FACTOR = 2  # a pool holds at least this many times the largest count drawn from it
 
 
 class SeedError(ValueError):
@@ -94,7 +94,7 @@ def parse_seed_values(text: str | Sequence[int] | None) -> list[int] | None:
             values = [int(p) for p in parts]
         except ValueError:
             raise SeedError(
-                f"--seed-values takes comma-separated integers, e.g. 0,1,2,3; got {text!r}"
+                f"seed values must be integers, comma-separated (e.g. 0,1,2,3); got {text!r}"
             ) from None
     else:
         values = list(text)
@@ -127,14 +127,17 @@ def pinned_extension(pinned: Sequence[int], count: int, exclude: Iterable[int]) 
     return out
 
 
-def pool_size(largest_count: int) -> int:
-    """The size of a pool that batches of up to `largest_count` seeds are drawn from.
+def pool_size(*counts: int) -> int:
+    """The size of a pool that batches of `counts` seeds each are drawn from (a run's child
+    batches and its confirmations).
 
-    Small enough that its baselines are soon all cached (a baseline is trained once per seed
-    of the pool), large enough that a confirmation on `largest_count` seeds finds that many the
-    candidate was not trained on, and that consecutive batches rarely share their whole set.
+    Small, so that its baselines are soon all cached (a baseline is trained once per seed of
+    the pool); at least twice the largest count, so that consecutive batches rarely share
+    their whole set; at least their sum, so that a confirmation finds as many seeds as it
+    needs that the candidate was not trained on.
     """
-    return POOL_FACTOR * max(1, int(largest_count))
+    counts = tuple(max(1, int(c)) for c in counts) or (1,)
+    return max(POOL_FACTOR * max(counts), sum(counts))
 
 
 class SeedSource:

@@ -28,7 +28,7 @@ class SandboxLimits:
     output_chars: int = 8192  # captured stdout+stderr kept in Outcome.stdout
     startup_timeout_s: float = 180.0  # spawn -> ready (imports), before any candidate code
     memory_poll_s: float = 0.25
-    tmpfs_mb: int = 64  # everything a worker may write (its /tmp, cwd and HOME), in total
+    tmpfs_mb: int = 64  # everything a worker may write, in total: /tmp (cwd, HOME) and /dev/shm
     unsafe_no_sandbox: bool = False  # run without bubblewrap (NOT a security boundary)
     # JAX's persistent compilation cache (a host directory), writable by trainers only
     compilation_cache: str | None = None

@@ -32,12 +32,22 @@ import numpy as np
 from metarl.evaluation.outcome import EnvScore, Outcome, env_score
 from metarl.evaluation.preflight import compile_group
 from metarl.evaluation.settings import CascadeSettings, PlannedRun, plan_runs
-from metarl.rl.artifact import ArtifactRejected, decode, encode, export_variants, load_variants
+from metarl.rl.artifact import (
+    ArtifactRejected,
+    callables,
+    decode,
+    encode,
+    export_variants,
+    load_exported,
+    load_variants,
+)
+from metarl.rl.behaviour import BehaviourRejected
 from metarl.rl.configs import PPOConfig
 from metarl.rl.lpo import drift_grid, sample_drift
 from metarl.rl.scoring import aggregate
 from metarl.rl.training import BatchProgram, EnvRun, random_policy_return
 from metarl.tasks import Task
+from metarl.tasks.behaviour import check_artifact
 from metarl.tasks.candidate import candidate_namespace, load_function
 from metarl.tasks.probing import describe_exception, fingerprint, register_candidate_source
 
@@ -327,18 +337,38 @@ def _prepare(
     platform: str,
     known_fingerprints: dict[str, str],
     report: Report,
+    *,
+    settings: CascadeSettings,
 ) -> _Candidate | Outcome:
-    """Stage 2 on one artifact: verify, probe, fingerprint; an Outcome when it stops here."""
+    """Stage 2 on one artifact: verify, probe, check per-sample behaviour at the training
+    sizes, fingerprint; an Outcome when it stops here.
+
+    The function returned for training is built from the very programs the probes and the
+    behavioural check (tasks/behaviour.py) ran: the trained function is the probed function.
+    `settings` give the configs and seeds whose training program the call sizes are read from.
+    """
     outcome = Outcome(passed=False, stage="probes")
     start = time.perf_counter()
     try:
         report("stage", index=index, stage="probes")
-        function = load_artifact(task, artifact, platform)
+        names = set(task.per_element(lambda *args: None))
+        try:
+            variants = load_exported(decode(artifact, names), task.element_signature, platform)
+        except ArtifactRejected as error:
+            raise StageFailure(f"the exported program was refused: {error}") from error
+        function = task.assemble(callables(variants, task.element_signature))
         outcome.timings["load_artifact"] = time.perf_counter() - start
         if task.probes is not None:
             probed = task.probes(function, int(probe_seed))
             if not probed.ok:
                 raise StageFailure(f"the exported program failed the probes: {probed.reason}")
+        checked = time.perf_counter()
+        configs = [entry.config for entry in plan_runs(settings)]
+        try:
+            check_artifact(task, variants, configs, settings.training_seeds(), int(probe_seed))
+        except BehaviourRejected as error:
+            raise StageFailure(f"the exported program was refused: {error}") from error
+        outcome.timings["behaviour"] = time.perf_counter() - checked
         if task.fingerprint_inputs is not None:
             try:
                 outcome.fingerprint = fingerprint(function, task.fingerprint_inputs())
@@ -358,7 +388,10 @@ def _prepare(
     except Exception as error:  # anything the stage wrappers did not anticipate
         outcome.reason = describe_exception(error, "running stage probes")
     outcome.timings["probes"] = (
-        time.perf_counter() - start - outcome.timings.get("load_artifact", 0.0)
+        time.perf_counter()
+        - start
+        - outcome.timings.get("load_artifact", 0.0)
+        - outcome.timings.get("behaviour", 0.0)
     )
     if outcome.reason is not None:
         return outcome
@@ -478,7 +511,9 @@ def evaluate_artifacts(
     for index, (artifact, probe_seed) in enumerate(zip(artifacts, probe_seeds)):
         report("active", index=index, stage="probes")
         try:
-            prepared = _prepare(task, index, artifact, probe_seed, platform, known, report)
+            prepared = _prepare(
+                task, index, artifact, probe_seed, platform, known, report, settings=settings
+            )
         finally:
             report("active", index=None)
         if isinstance(prepared, Outcome):

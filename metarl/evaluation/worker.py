@@ -2,8 +2,9 @@
 
 Started by metarl.evaluation.sandbox inside bubblewrap (see there). In order:
 
-1. sets its resource limits (address space, CPU time, file size, open files, no core); outside
-   bubblewrap (the explicit opt-out only) also isolates itself from the network;
+1. sets its resource limits (address space, CPU time, file size, open files, processes and
+   threads, no POSIX message queues, no core); outside bubblewrap (the explicit opt-out only)
+   also isolates itself from the network;
 2. imports jax and metarl and initialises XLA (pre-warming), then writes `ready` on the private
    result pipe, and goes on importing what its role needs until a job arrives;
 3. reads exactly one job (a JSON line) from stdin, runs it, writing progress messages and one
@@ -15,6 +16,9 @@ Two roles, never mixed in one process:
   (rl/artifact.py), or samples a drift candidate on the distillation grid (job kind
   `sample`). Once candidate code has run, the process is the candidate's: the
   parent treats everything it sends (the artifact, the reason, its output) as untrusted data.
+  A fresh tracer-type worker also parses a generation's artifacts before any trainer does
+  (job kind `check_artifacts`, evaluation/artifact_precheck.py): that job runs no candidate
+  Python, and the worker has no cache and no device.
 - **trainer**: trusted code only. It verifies the artifact, probes it again on inputs the
   tracer never saw, computes the fingerprint, and trains and scores it (stages 2-4); or trains
   the task's baseline program for the parent's cache.
@@ -73,7 +77,20 @@ def stub_sockets() -> None:
             setattr(socket, name, refuse)
 
 
-def set_limits(memory_mb: int, cpu_s: int, max_file_mb: int, nofile: int) -> dict:
+def set_limits(memory_mb: int, cpu_s: int, max_file_mb: int, nofile: int, nproc: int = 0) -> dict:
+    """Apply the worker's rlimits to itself (inherited by everything it starts).
+
+    Args:
+        memory_mb: RLIMIT_AS in MB (skipped with a CUDA plugin); 0: none.
+        cpu_s: RLIMIT_CPU in seconds; 0: none.
+        max_file_mb: RLIMIT_FSIZE in MB.
+        nofile: RLIMIT_NOFILE.
+        nproc: RLIMIT_NPROC (processes and threads of the sandbox's uid in its own user
+            namespace; os_limits.py says where the kernel enforces it); 0: none.
+
+    Returns:
+        rlimit name -> the value set, or why not.
+    """
     import resource
 
     applied = {}
@@ -102,6 +119,9 @@ def set_limits(memory_mb: int, cpu_s: int, max_file_mb: int, nofile: int) -> dic
             applied["RLIMIT_CPU"] = f"failed: {error}"
     limit("RLIMIT_FSIZE", max_file_mb * 2**20)
     limit("RLIMIT_NOFILE", nofile)
+    if nproc > 0:
+        limit("RLIMIT_NPROC", nproc)
+    limit("RLIMIT_MSGQUEUE", 0)  # POSIX message queues: kernel memory that no mount bounds
     limit("RLIMIT_CORE", 0)
     return applied
 
@@ -164,7 +184,9 @@ PRELOAD = (
 
 
 # the jobs that run candidate Python: only a tracer runs them, and a tracer runs nothing else
+# but them and the artifact check (which runs no candidate Python, in a fresh worker)
 TRACER_KINDS = ("trace", "sample")
+CHECK_KIND = "check_artifacts"
 
 
 def run(job: dict, report) -> dict:
@@ -178,6 +200,10 @@ def run(job: dict, report) -> dict:
     if kind == "introspect":
         return stages.introspect()
     task = get_task(job["task"])
+    if kind == CHECK_KIND:
+        from metarl.evaluation.artifact_precheck import check_in_worker
+
+        return check_in_worker(task, job["artifacts"], job["platform"])
     if kind == "trace":
         return stages.trace_candidate(
             task, job["source"], int(job.get("probe_seed", 0)), job["platform"]
@@ -193,6 +219,7 @@ def run(job: dict, report) -> dict:
         ).to_dict()
     references = {r["key"]: r for r in job.get("references", [])}
     if job.get("control") is True:  # the parent's control: the baseline program, no candidate
+        # lazy: as above, nothing of metarl before the rlimits
         from metarl.evaluation.preflight import baseline_artifact
 
         job.update(artifacts=[baseline_artifact(task, job["platform"])], probe_seeds=[0])
@@ -232,6 +259,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cpu-s", type=int, required=True)
     parser.add_argument("--max-file-mb", type=int, required=True)
     parser.add_argument("--nofile", type=int, required=True)
+    parser.add_argument("--nproc", type=int, default=0)
     args = parser.parse_args(argv)
 
     # Python ignores SIGXFSZ; restore the default so that writing past RLIMIT_FSIZE (a candidate
@@ -241,7 +269,7 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
     # inside bubblewrap the network namespace is already empty (and unshare is not permitted)
     network = "netns" if args.sandboxed else isolate_network()
-    limits = set_limits(args.memory_mb, args.cpu_s, args.max_file_mb, args.nofile)
+    limits = set_limits(args.memory_mb, args.cpu_s, args.max_file_mb, args.nofile, args.nproc)
     watch_parent()
     channel = Channel(args.result_fd)
 
@@ -284,7 +312,8 @@ def main(argv: list[str] | None = None) -> None:
 
     try:
         kind = job.get("kind")
-        if (kind in TRACER_KINDS) != (args.role == "tracer") and kind != "introspect":
+        tracer_kind = kind in TRACER_KINDS or kind == CHECK_KIND
+        if tracer_kind != (args.role == "tracer") and kind != "introspect":
             raise ValueError(f"a {args.role} does not run {kind!r} jobs")
         payload = run(job, channel.send)
         if kind == "evaluate":

@@ -15,19 +15,21 @@ leading axis `n`: the candidate sees one element (ratio and advantage as scalars
 optimizer grad, param, step, progress, lr as scalars and momentum [5], state [4]), so it cannot
 read the trainer's shapes, reduce across the batch or depend on positions. The artifact is then
 called on flattened inputs, and batching (vmap over training seeds, later over candidates)
-folds every batched axis into `n`: an element's value never depends on how many others are
-computed with it (bit for bit, which keeps a candidate's numbers independent of its batch).
+folds every batched axis into `n`: an element's value does not depend on how many others are
+computed with it (up to rounding: XLA's vectorised loop and its scalar remainder may differ
+in the last bit, measured at most 6.9e-7 relative; see rl/behaviour.py).
 
-**Verified, not trusted.** A compromised tracer can send any bytes, so `load_artifact` checks
-the deserialised module before anything compiles it (`check_module`):
-- only the `func`, `stablehlo` and `chlo` dialects; no host or device communication
-  (send/recv/infeed/outfeed/collectives), no custom calls but JAX's `shape_assertion`, so no
-  host callbacks, I/O or foreign kernels;
-- no effects, one device, no disabled safety checks, the exact signature the task expects;
-- elementwise along `n`: the symbolic size is used only to build shapes (never as a value),
-  and no op mixes elements along axis 0 (reductions, gathers, slices, sorts, concatenations,
-  transposes, dot products and reshapes are allowed only along the per-element axes).
-Measured on the 2-core CPU: exporting a drift takes ~0.1 s and is ~8 KB, verifying it ~5 ms.
+**Verified, not trusted.** A compromised tracer can send any bytes, so `load_exported` checks
+the deserialised artifact before anything compiles it:
+- no effects, one device, exactly the trainer's platform, no disabled safety checks, the
+  exact signature the task expects (and a VJP with its own, when the trainer differentiates);
+- its StableHLO is a per-element program (rl/artifact_check.py: the dialects, no custom calls,
+  no communication, no random numbers, and the batch axis followed op by op: rows stay rows);
+- then, in the trainer, its behaviour (rl/behaviour.py, tasks/behaviour.py): each row's
+  outputs are the same alone, among adversarial rows and permuted, at the exact sizes the
+  training program calls it with; and the drift's probes check that its VJP is the slope of
+  its values (tasks/drift/probes.py).
+Measured on the 2-core CPU: exporting a drift takes ~0.1 s and is ~8 KB, verifying it ~10 ms.
 """
 
 from __future__ import annotations

@@ -34,6 +34,7 @@ from metarl.tasks.base import Task
 from metarl.tasks.probing import fingerprint
 
 _SIZES: dict[tuple, dict[Role, tuple[int, ...]]] = {}
+_EXAMPLES: dict[str, dict[str, list[np.ndarray]]] = {}
 
 
 def training_sizes(
@@ -50,7 +51,7 @@ def training_sizes(
     Returns:
         (variant name, "forward" | "vjp") -> sorted distinct sizes over all configs.
     """
-    seeds = tuple(int(s) for s in seeds)
+    seeds = [int(s) for s in seeds]
 
     def components(calls: dict[str, Callable]) -> Callable[[jax.Array], object]:
         function = task.assemble(calls)
@@ -58,7 +59,7 @@ def training_sizes(
 
     merged: dict[Role, set[int]] = {}
     for config in dict.fromkeys(configs):
-        key = (task.name, config, seeds)
+        key = (task.name, config, len(seeds))  # shapes depend on how many seeds, not which
         if key not in _SIZES:
             _SIZES[key] = training_call_sizes(
                 variants, task.element_signature, components, [config], seeds
@@ -81,11 +82,17 @@ def _default_rows(signature: ElementSignature, count: int = 64) -> list[np.ndarr
 
 
 def example_rows(task: Task) -> dict[str, list[np.ndarray]]:
-    """The per-element rows the task's fingerprint batch becomes (in-domain examples).
+    """The per-element rows the task's fingerprint batch becomes (in-domain examples; cached).
 
     Returns:
         variant name -> rows, one array per input (shape (rows, *slots)).
     """
+    if task.name not in _EXAMPLES:
+        _EXAMPLES[task.name] = _example_rows(task)
+    return _EXAMPLES[task.name]
+
+
+def _example_rows(task: Task) -> dict[str, list[np.ndarray]]:
     signature = task.element_signature
     names = list(task.per_element(lambda *args: None))
     if task.fingerprint_inputs is None:

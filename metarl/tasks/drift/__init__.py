@@ -42,8 +42,11 @@ Example (PPO's clipped objective):
 
 Before any training the function is checked on random inputs: it must compile under jax.jit
 and jax.vmap, return float32 with exactly ratio's shape, give finite values and finite
-gradients for ratio in [0.05, 20], be elementwise, and be >= 0 (a negative drift is rejected);
-a nonzero drift or slope at ratio == 1 is allowed but reported back as a warning.
+gradients for ratio in [0.05, 20], be elementwise, have as gradient the slope of its own
+values (no jax.lax.stop_gradient or custom gradients: training follows the gradient), be
+>= 0, and be 0 with a zero slope d drift / d ratio at ratio == 1 for every advantage in the
+training range (|advantage| <= 12). A program that breaks any of these is rejected, the
+last two included: they are what makes the objective a drift (mirror learning's guarantee).
 """
 
 
@@ -93,8 +96,9 @@ TASK = Task(
     contract=CONTRACT,
     baseline_name="ppo_clip",
     plug=plug,
-    # Invariant policy (see probes.py): negative drift beyond 1e-5 is a failure; a nonzero value
-    # or gradient at ratio = 1 is a warning.
+    # Invariant policy (see probes.py): a negative drift beyond 1e-5, a value beyond 1e-5 or a
+    # slope beyond 1e-4 at ratio = 1, and a gradient that is not the slope of the values are
+    # failures.
     probes=probes,
     fingerprint_inputs=fingerprint_inputs,
     element_signature=SIGNATURE,

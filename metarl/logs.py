@@ -1,6 +1,8 @@
 """Logging: every module logs through `logging.getLogger(__name__)` under the `metarl` logger;
-a discovery run writes its records to a log file next to its archive, and `--verbose` also
-shows them on stderr.
+every run, whatever its method (discovery, es, distil, symbolic, grpo), appends its records to
+a log file next to its archive while it runs (the run lifecycle, `archives.runs`, attaches
+`log_to_file`), and `--verbose` also shows them on stderr. `metarl runs` and `metarl show RUN`
+say where a run's log is.
 
     metarl.db                     the archive
     metarl-logs/r3.log            run r3's log (appended to on resume)

@@ -81,6 +81,160 @@ def test_a_forged_non_elementwise_artifact_is_refused(name, function, reason):
         artifact.load_variants(forged(function), SIGNATURE, "cpu")
 
 
+def ppo_clip(r, a):
+    return jax.nn.relu((r - jnp.clip(r, 0.8, 1.2)) * a)
+
+
+def row_zero(r):
+    """r[0] as a gather with a constant index (no size arithmetic for the checker to see)."""
+    numbers = jax.lax.GatherDimensionNumbers(
+        offset_dims=(), collapsed_slice_dims=(0,), start_index_map=(0,)
+    )
+    mode = jax.lax.GatherScatterMode.PROMISE_IN_BOUNDS
+    return jax.lax.gather(r, jnp.zeros((1,), jnp.int32), numbers, (1,), mode=mode)
+
+
+@pytest.mark.parametrize(
+    "name, function, reason",
+    [
+        (
+            "scatter into a fixed-size buffer",
+            lambda r, a: (
+                ppo_clip(r, a) + 1e-3 * jnp.zeros(8).at[jnp.zeros(r.shape, jnp.int32)].add(a * a)[0]
+            ),
+            "scatter across the batch axis",
+        ),
+        (
+            "einsum over the batch",
+            lambda r, a: ppo_clip(r, a) + 1e-3 * jnp.einsum("i,i->", r, a),
+            "product across the batch axis",
+        ),
+        (
+            "gather at a fixed batch position",
+            lambda r, a: ppo_clip(r, a) * (1.0 + 1e-3 * row_zero(r)),
+            "gather across the batch axis",
+        ),
+        (
+            "rng",
+            lambda r, a: ppo_clip(r, a) + 1e-3 * jax.lax.rng_uniform(0.0, 1.0, ()),
+            "stablehlo.rng is not allowed",
+        ),
+        (
+            "rng_bit_generator",
+            lambda r, a: (
+                ppo_clip(r, a)
+                + 1e-9
+                * jax.lax.rng_bit_generator(jnp.zeros(4, jnp.uint32), (), dtype=jnp.uint32)[
+                    1
+                ].astype(jnp.float32)
+            ),
+            "rng_bit_generator is not allowed",
+        ),
+    ],
+)
+def test_a_forged_batch_mixing_or_random_artifact_is_refused(name, function, reason):
+    # stop_gradient: the VJP stays clean, so the forward program alone must be refused
+    def forward_only(r, a):
+        return jax.lax.stop_gradient(function(r, a)) + 0.0 * r
+
+    with pytest.raises(ArtifactRejected, match=reason):
+        artifact.load_variants(forged(forward_only), SIGNATURE, "cpu")
+
+
+MODULE = """
+module @forged {
+  func.func public @main(%arg0: tensor<?xf32>, %arg1: tensor<?xf32>) -> tensor<?xf32> {
+    %n = stablehlo.get_dimension_size %arg0, dim = 0 : (tensor<?xf32>) -> tensor<i32>
+    %s = stablehlo.reshape %n : (tensor<i32>) -> tensor<1xi32>
+    %z = stablehlo.constant dense<0> : tensor<1xi32>
+    %o = stablehlo.constant dense<1> : tensor<1xi32>
+    %c = stablehlo.constant dense<1.0> : tensor<512xf32>
+    %f = stablehlo.constant dense<0.0> : tensor<f32>
+BODY
+  }
+}"""
+
+
+@pytest.mark.parametrize(
+    "name, body, reason",
+    [
+        # a static operand is shape-compatible with `?`: at n = 512 row i meets element i
+        (
+            "elementwise with a fixed-size array",
+            "%0 = stablehlo.add %arg0, %c : (tensor<?xf32>, tensor<512xf32>) -> tensor<?xf32>",
+            "combines values on the batch axis with a fixed-size array",
+        ),
+        (
+            "select from a fixed-size array",
+            "%p = stablehlo.compare GT, %arg0, %arg1 : (tensor<?xf32>, tensor<?xf32>) -> "
+            "tensor<?xi1>\n%0 = stablehlo.select %p, %arg0, %c : (tensor<?xi1>, tensor<?xf32>, "
+            "tensor<512xf32>) -> tensor<?xf32>",
+            "fixed-size array",
+        ),
+        (
+            "chlo broadcast with a fixed-size array",
+            "%0 = chlo.broadcast_add %arg0, %c : (tensor<?xf32>, tensor<512xf32>) -> tensor<?xf32>",
+            "fixed-size array",
+        ),
+        (
+            "broadcast of a fixed-size array along the batch",
+            "%b = stablehlo.dynamic_broadcast_in_dim %c, %s, dims = [0] : (tensor<512xf32>, "
+            "tensor<1xi32>) -> tensor<?xf32>\n%0 = stablehlo.add %arg0, %b : tensor<?xf32>",
+            "broadcast of a fixed-size array along the batch axis",
+        ),
+        (
+            "slice of a fixed-size array to the batch size",
+            "%b = stablehlo.real_dynamic_slice %c, %z, %s, %o : (tensor<512xf32>, tensor<1xi32>, "
+            "tensor<1xi32>, tensor<1xi32>) -> tensor<?xf32>\n"
+            "%0 = stablehlo.add %arg0, %b : tensor<?xf32>",
+            "slice of the batch axis",
+        ),
+        (
+            "iota of a fixed batch size",
+            "%k = stablehlo.constant dense<[512, 2]> : tensor<2xi32>\n"
+            "%i = stablehlo.dynamic_iota %k, dim = 1 : (tensor<2xi32>) -> tensor<?x2xf32>\n"
+            "%0 = stablehlo.add %arg0, %arg1 : tensor<?xf32>",
+            "iota of a batch size other than the input's",
+        ),
+        (
+            "a reduction inside a loop body",
+            "%w:2 = stablehlo.while(%i = %arg0, %acc = %f) : tensor<?xf32>, tensor<f32>\n"
+            "cond {\n%t = stablehlo.constant dense<true> : tensor<i1>\n"
+            "stablehlo.return %t : tensor<i1>\n} do {\n"
+            "%r = stablehlo.reduce(%i init: %f) applies stablehlo.add across dimensions = [0] : "
+            "(tensor<?xf32>, tensor<f32>) -> tensor<f32>\n"
+            "stablehlo.return %i, %r : tensor<?xf32>, tensor<f32>\n}\n"
+            "%0 = stablehlo.add %arg0, %arg1 : tensor<?xf32>",
+            "reduction over the batch axis",
+        ),
+    ],
+)
+def test_a_forged_module_matching_rows_to_positions_is_refused(name, body, reason):
+    text = MODULE.replace("BODY", body + "\n    return %0 : tensor<?xf32>")
+    with pytest.raises(ArtifactRejected, match=reason):
+        artifact.check_module(text)
+
+
+def test_scalars_and_per_element_loops_pass_the_module_check():
+    body = (
+        "%lo = stablehlo.constant dense<0.8> : tensor<f32>\n"
+        "%hi = stablehlo.constant dense<1.2> : tensor<f32>\n"
+        "%0 = stablehlo.clamp %lo, %arg0, %hi : (tensor<f32>, tensor<?xf32>, tensor<f32>) -> "
+        "tensor<?xf32>"
+    )
+    artifact.check_module(MODULE.replace("BODY", body + "\n    return %0 : tensor<?xf32>"))
+
+    def newton(r, a):  # a loop carrying a scalar counter beside per-element values
+        return jax.lax.fori_loop(0, 3, lambda i, x: 0.5 * (x + r / x), r) * a
+
+    (n,) = jax_export.symbolic_shape("n")
+    spec = jax.ShapeDtypeStruct((n,), jnp.float32)
+    exported = jax_export.export(jax.jit(jax.vmap(newton)), platforms=["cpu"])(spec, spec)
+    # the forward program only: the VJP of a loop stacks its residuals as (steps, n), which
+    # the check refuses (a symbolic size off the first axis; a known limitation)
+    artifact.check_module(exported.mlir_module())
+
+
 def test_a_host_callback_or_io_in_the_module_is_refused():
     # jax 0.9.2 cannot even export a host callback; a hand-written module can contain one
     template = """

@@ -33,6 +33,8 @@ from jax._src.lib.mlir import ir
 
 from metarl.evaluation.cascade import CascadeSettings, Evaluator
 from metarl.evaluation.outcome import evaluator_fault
+from metarl.evaluation.preflight import baseline_artifact, call_sites, preflight
+from metarl.evaluation.settings import plan_runs
 from metarl.grpo.rewards import REWARDS, reward_of
 from metarl.rl import artifact
 from metarl.tasks import get_task
@@ -172,11 +174,15 @@ def test_a_batch_breaker_fails_alone_in_the_same_trainer_job_and_the_others_scor
     batch = [PPO_CLIP, BREAKER, DRIFT.seed_program("lpo").source, WIDE]
     jobs, outcomes = trainer_jobs_of(evaluator, lambda: evaluator.evaluate_batch(batch, "drift"))
     breaker = outcomes[1]
-    assert not breaker.passed and breaker.stage == "short" and not evaluator_fault(breaker)
-    assert "its VJP (epsilon=0.2) on 128 elements" in breaker.reason, breaker.reason
-    assert "at the shapes the trainer calls it with" in breaker.reason
-    assert reward_of(breaker) == (REWARDS.short, "short")
-    # found by its pre-flight, inside the batch's own trainer job: no extra job at all
+    assert not breaker.passed and not evaluator_fault(breaker), breaker.reason
+    # caught at the training shapes, with the candidate's own reason: by the behavioural check
+    # of its probes (tasks/behaviour.py), else by the pre-flight before the shared compile
+    assert "Error refining shapes" in breaker.reason, breaker.reason
+    if breaker.stage == "short":
+        assert "its VJP (epsilon=0.2) on 128 elements" in breaker.reason, breaker.reason
+    assert reward_of(breaker) == (getattr(REWARDS, breaker.stage), breaker.stage)
+    assert breaker.stage in ("probes", "short")
+    # found inside the batch's own trainer job: no extra job at all
     assert [status for _, status in jobs] == ["ok"] and len(jobs) - 1 <= MAX_EXTRA_JOBS
     for source, outcome in zip(batch, outcomes):
         if source is not BREAKER:
@@ -221,3 +227,14 @@ def test_a_malformed_result_from_the_trusted_trainer_is_an_evaluator_fault(evalu
         assert outcome.fault == "evaluator" and evaluator_fault(outcome)
         assert outcome.reason.startswith("internal evaluator error: malformed result")
         assert reward_of(outcome) == (None, "excluded")
+
+
+def test_the_pre_flight_finds_the_breaker_at_the_exact_shapes_the_trainer_calls_it_with():
+    config = plan_runs(CascadeSettings(**BASE))[0].config
+    sites = call_sites(DRIFT, config, [0], "cpu")
+    assert [(s.vjp, s.inputs[0][0]) for s in sites] == [(False, (128,)), (True, (128,))]
+    assert preflight(DRIFT, baseline_artifact(DRIFT, "cpu"), sites, "cpu") is None
+    reason = preflight(DRIFT, forged_breaker(), sites, "cpu")
+    assert reason.startswith("ValueError while compiling its VJP (epsilon=0.2) on 128 elements")
+    with_two_seeds = call_sites(DRIFT, config, [0, 1], "cpu")
+    assert [s.inputs[0][0] for s in with_two_seeds] == [(256,), (256,)]

@@ -58,19 +58,19 @@ def test_baseline_cache_keys_on_everything_that_changes_a_baseline(tmp_path, mon
     source_hash = "x"
     full = config.num_updates
     keys = {
-        baseline_cache.baseline_key("drift", source_hash, config, [0], full),
-        baseline_cache.baseline_key("drift", source_hash, config, [0, 1], full),
+        baseline_cache.baseline_key("drift", source_hash, config, 0, full),
+        baseline_cache.baseline_key("drift", source_hash, config, 1, full),  # another seed
         baseline_cache.baseline_key(
-            "drift", source_hash, config.replace(total_timesteps=4096), [0], full
+            "drift", source_hash, config.replace(total_timesteps=4096), 0, full
         ),
-        baseline_cache.baseline_key("optimizer", source_hash, config, [0], full),
-        baseline_cache.baseline_key("drift", "y", config, [0], full),
+        baseline_cache.baseline_key("optimizer", source_hash, config, 0, full),
+        baseline_cache.baseline_key("drift", "y", config, 0, full),
         # the short run: the first segment of the same run
-        baseline_cache.baseline_key("drift", source_hash, config, [0], full // 2),
+        baseline_cache.baseline_key("drift", source_hash, config, 0, full // 2),
     }
     assert len(keys) == 6
     monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_use_thunk_runtime=false")
-    assert baseline_cache.baseline_key("drift", source_hash, config, [0], full) not in keys
+    assert baseline_cache.baseline_key("drift", source_hash, config, 0, full) not in keys
 
 
 def test_cache_entries_round_trip_and_are_verified_on_read(tmp_path, monkeypatch):

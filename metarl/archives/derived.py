@@ -9,18 +9,21 @@ leaderboard. The method's own objective (fit errors, the expression) goes to `me
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple
 
 from metarl.archives.rows import candidate_row
-from metarl.archives.store import Archive, ArchiveError, now
-from metarl.evaluation.baseline_cache import library_versions
+from metarl.archives.runs import RunSession, RunSpec, open_run
+from metarl.archives.store import Archive, ArchiveError
 from metarl.evaluation.cascade import Evaluator
 from metarl.evaluation.outcome import Outcome
 from metarl.evaluation.settings import CascadeSettings
-from metarl.platform import device_description
+from metarl.platform import device_description, evaluation_identity
 from metarl.rl.lpo import DriftSamples
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,32 @@ def teacher_settings(
     )
 
 
+def open_derived_run(archive: Archive, method: str, teacher: Teacher, config: dict) -> RunSession:
+    """A new run of `method` deriving from `teacher`, through the shared lifecycle (heartbeat,
+    log, finish or fail). A derivation is one short session: it has no resume.
+
+    Args:
+        archive: where the run goes.
+        method: the archive's `method` value ("distil", "symbolic").
+        teacher: what it derives from (its task and suite are the run's).
+        config: the method's settings, stored with the run.
+
+    Returns:
+        The session, to enter: `with open_derived_run(...) as run:`.
+    """
+    spec = RunSpec(
+        method=method,
+        task=teacher.task,
+        suite=teacher.suite,
+        config=config,
+        versions=evaluation_identity(),
+        device=device_description(),
+        proposer=method,
+        mode=method,
+    )
+    return open_run(archive, spec)
+
+
 def record_derived(
     archive: Archive,
     *,
@@ -105,39 +134,47 @@ def record_derived(
     meta: dict,
     config: dict,
     seconds: float,
+    run: RunSession | None = None,
 ) -> tuple[str, str]:
-    """A run of `method` holding one candidate derived from `teacher`, written atomically.
+    """Archive one candidate derived from `teacher` as the one candidate of a run of `method`,
+    and finish that run.
 
-    `seconds` is the derivation's wall time (sampling, fit, scoring).
+    Args:
+        run: the derivation's open session (`open_derived_run`); None: a run is opened and
+            finished here, around the record.
+        seconds: the derivation's wall time (sampling, fit, scoring).
+        (the rest: the candidate's program, outcome, scoring settings, labels and metadata,
+        and the method's settings for a run opened here)
 
     Returns:
         (run id, candidate id).
     """
-    versions, device = library_versions(), device_description()
-    run_id = archive.create_run(
-        task=teacher.task,
-        suite=teacher.suite,
-        method=method,
-        proposer=method,
-        mode=method,
-        config=config,
-        versions=versions,
-        device=device,
-        status="finished",
-        stop_reason="done",
-        ended_at=now(),
-        elapsed_s=seconds,
-    )
+    if run is None:
+        with open_derived_run(archive, method, teacher, config) as opened:
+            return record_derived(
+                archive,
+                method=method,
+                teacher=teacher,
+                code=code,
+                outcome=outcome,
+                settings=settings,
+                name=name,
+                thought=thought,
+                meta=meta,
+                config=config,
+                seconds=seconds,
+                run=opened,
+            )
     row = candidate_row(
-        run_id=run_id,
+        run_id=run.run_id,
         seq=1,
         task=teacher.task,
         method=method,
         code=code,
         settings=settings,
         total_timesteps=teacher.total_timesteps,
-        versions=versions,
-        device=device,
+        versions=evaluation_identity(),
+        device=device_description(),
         name=name,
         thought=thought,
         parent_ids=[teacher.id],
@@ -151,7 +188,11 @@ def record_derived(
     if outcome.passed and outcome.fitness is not None:
         update |= {"best_id": cid, "best_fitness": outcome.fitness}
     archive.record_candidate(row, outcome, run_update=update)
-    return run_id, cid
+    logger.info(
+        "run %s: %s candidate %s of teacher %s archived", run.run_id, method, cid, teacher.id
+    )
+    run.finish("finished", "done", elapsed_s=seconds)
+    return run.run_id, cid
 
 
 class Student(NamedTuple):
@@ -205,24 +246,30 @@ def derive(
     factory = evaluator_factory or (lambda settings: Evaluator(settings, workers=1))
     with factory(cascade) as evaluator:
         on_status(f"sampling teacher {teacher.id} on a {points}x{points} grid (sandboxed)")
+        # a teacher that cannot be sampled is refused before any run exists
         samples = evaluator.sample(teacher.code, "drift", points, epsilon)
-        student = fit(teacher, samples)
-        if student.code is None:
-            outcome = Outcome.failure("static", student.failure or f"{method}: no program")
-        else:
-            on_status("scoring the result with the teacher's cascade settings")
-            outcome = evaluator.evaluate_batch([student.code], "drift")[0]
-    run_id, cid = record_derived(
-        archive,
-        method=method,
-        teacher=teacher,
-        code=student.code,
-        outcome=outcome,
-        settings=cascade,
-        name=student.name,
-        thought=student.thought,
-        meta={"teacher": teacher.id, **student.meta},
-        config={"teacher": teacher.id, **config},
-        seconds=time.monotonic() - start,
-    )
+        with open_derived_run(archive, method, teacher, {"teacher": teacher.id, **config}) as run:
+            logger.info(
+                "%s of teacher %s: sampled on a %dx%d grid", method, teacher.id, points, points
+            )
+            student = fit(teacher, samples)
+            if student.code is None:
+                outcome = Outcome.failure("static", student.failure or f"{method}: no program")
+            else:
+                on_status("scoring the result with the teacher's cascade settings")
+                outcome = evaluator.evaluate_batch([student.code], "drift")[0]
+            run_id, cid = record_derived(
+                archive,
+                method=method,
+                teacher=teacher,
+                code=student.code,
+                outcome=outcome,
+                settings=cascade,
+                name=student.name,
+                thought=student.thought,
+                meta={"teacher": teacher.id, **student.meta},
+                config={"teacher": teacher.id, **config},
+                seconds=time.monotonic() - start,
+                run=run,
+            )
     return Derived(run_id, cid, teacher.id, teacher.fitness, outcome, student.meta)

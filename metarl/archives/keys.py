@@ -1,34 +1,60 @@
 """The keys under which archived evaluations may be shared: every method's candidate rows carry
-them, so a program scored the same way by any method or run is recognised as the same result."""
+them, so a program scored the same way by any method or run is recognised as the same result.
+
+The key is `platform.evaluation_key` over the task, the cascade settings that change a verdict
+or a score, and the run's `platform.evaluation_identity()` (recorded as the rows' `versions`):
+the same builder and identity as the baseline cache's keys. Discovery, ES, distillation,
+symbolic regression and the GRPO reward all build their rows through `rows.candidate_row` or
+`discovery.records.RowMaker`, which call `eval_settings_key` and nothing else.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
-from typing import Any
+from typing import Any, Mapping
 
+from metarl.platform import evaluation_key
 from metarl.rl.suites import get_suite
 
+# Sandbox limits: they decide whether an evaluation finishes in time and memory, never the
+# numbers it produces, so runs with different limits share results (as timeouts always did).
+# `unsafe_no_sandbox` is not among them: a score earned outside the sandbox is not shared.
+LIMIT_FIELDS = (
+    "timeout_s",
+    "memory_mb",
+    "cpu_s",
+    "max_file_mb",
+    "trace_timeout_s",
+    "train_timeout_factor",
+    "train_timeout_floor_s",
+)
 
-def eval_settings_key(task: str, settings: Any, versions: dict, device: str) -> str:
+
+def eval_settings_key(task: str, settings: Any, identity: Mapping[str, Any]) -> str:
     """Everything that determines an evaluation's scores; equal keys may share results.
 
     The training seeds enter as their count and, when pinned, their values: drawn seeds are
     a fresh sample of the same protocol (recorded with each score), pinned ones a different
     protocol. The secret seed pool and the probe inputs' seed never enter (the pool must not
-    leak, and probes decide pass/fail, not scores).
+    leak, and probes decide pass/fail, not scores); nor do the sandbox limits (LIMIT_FIELDS).
+
+    Args:
+        task: the task's name.
+        settings: the CascadeSettings (or their dict) the program is scored with.
+        identity: the run's `platform.evaluation_identity()`.
+
+    Returns:
+        16 hex digits.
+
+    Raises:
+        ValueError: `identity` is not a whole evaluation identity.
     """
     fields = dataclasses.asdict(settings) if dataclasses.is_dataclass(settings) else dict(settings)
-    for volatile in ("timeout_s", "memory_mb", "seed_pool", "probe_seed"):
+    for volatile in (*LIMIT_FIELDS, "seed_pool", "probe_seed"):
         fields.pop(volatile, None)
     fields["seeds_pinned"] = bool(fields.get("seed_values"))
-    blob = json.dumps(
-        {"task": task, "settings": fields, "versions": versions, "device": device},
-        sort_keys=True,
-        default=str,
-    )
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+    return evaluation_key({"task": task, "settings": fields}, identity, 16)
 
 
 def suite_config_hash(suite_name: str, timesteps: int | None) -> str:

@@ -37,7 +37,9 @@ def candidate_row(
         settings: the cascade settings it is (or would have been) scored with.
         total_timesteps: the per-environment budget as the run was asked for (None: the
             suite's own).
-        versions, device: where it was scored (part of the evaluation key).
+        versions: the run's `platform.evaluation_identity()` (the evaluation key is built
+            on it; a bare version list raises ValueError).
+        device: where it was scored, for people (`platform.device_description()`).
         name, thought, parent_ids, generation, proposer, operator: what the leaderboard and
             the lineage show.
         meta: the method's own record (ES generation, fit errors, GRPO step and checkpoint).
@@ -63,7 +65,7 @@ def candidate_row(
         "operator": operator,
         "seeds": list(settings.seed_values or []),  # pinned; else set once trained
         "total_timesteps": total_timesteps,
-        "eval_key": eval_settings_key(task, settings, versions, device),
+        "eval_key": eval_settings_key(task, settings, versions),
         "config_hash": suite_config_hash(settings.suite, total_timesteps),
         "versions": versions,
         "device": device,

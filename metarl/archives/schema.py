@@ -2,8 +2,9 @@
 
 The schema version lives in SQLite's `PRAGMA user_version` (written in the same transaction as
 the migration, so a killed migration leaves the old version and the old tables intact).
-Migrations only ever add: tables, columns, indexes. They never drop or rewrite data, so an
-archive written by an older metarl opens in a newer one with every row still there.
+Migrations only ever add: tables, columns, indexes. They never drop data, so an archive written
+by an older metarl opens in a newer one with every row still there; the one value a migration
+rewrites (version 5's `eval_key`) keeps its original beside it.
 
 Tables (see DESIGN.md, "Archive"):
 
@@ -23,7 +24,8 @@ Version 2 adds the 95% bootstrap intervals over training seeds: `candidates.fitn
 `fitness_high`, `heldout_low`/`heldout_high` and their `confirmed_*` counterparts;
 `evaluations.normalised_low`/`normalised_high` and `evaluations.published` (JSON: source label
 -> score normalised against that source's published PPO return). Version 3 adds each run's and
-candidate's `method` and the candidate's method `meta`; version 4 `evaluations.curve_std`.
+candidate's `method` and the candidate's method `meta`; version 4 `evaluations.curve_std`;
+version 5 marks the evaluation keys written before the single evaluation identity (`_v5`).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from typing import Callable
 
 from sqlite_utils import Database
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 
 def _v1(db: Database) -> None:
@@ -248,6 +250,39 @@ def _v4(db: Database) -> None:
     _add_columns(db, "evaluations", {"curve_std": str})
 
 
+LEGACY_KEY_PREFIX = "legacy-"
+
+
+def _v5(db: Database) -> None:
+    """Mark every evaluation key written before the single evaluation identity as legacy.
+
+    Before version 5, discovery keyed its rows on the library versions alone and ES,
+    distillation, symbolic and GRPO rows on versions + backend + XLA flags, both together with
+    the host's description. Those keys cannot be recomputed honestly under the new scheme
+    (`platform.evaluation_identity()`, archives/keys.py): a row records neither its complete
+    cascade settings nor, for discovery rows, the backend and XLA flags it was scored with.
+    So each old key `k` becomes `legacy-k`, and `k` itself is kept in the new column
+    `candidates.legacy_eval_key`. What that does:
+
+    - a new evaluation never reuses an old one (`find_cached`, `find_confirmation`) and the
+      all-runs leaderboard never merges an old row with a new one: new keys are 16 hex digits
+      and never start with "legacy-";
+    - old rows keep grouping with each other exactly as they did (same prefix, same old key),
+      so an old run's leaderboard, report and baseline lookup read as before, and a resumed
+      old run's old rows still find each other's confirmations;
+    - the mark is visible wherever the key is shown (`metarl candidate`).
+
+    It runs once per archive, in the transaction that sets version 5 (store.py's `_migrate`),
+    so before any row keyed the new way exists; it rewrites no other column.
+    """
+    _add_columns(db, "candidates", {"legacy_eval_key": str})
+    db.execute(
+        "UPDATE candidates SET legacy_eval_key = eval_key, eval_key = ? || eval_key "
+        "WHERE eval_key IS NOT NULL AND legacy_eval_key IS NULL",
+        (LEGACY_KEY_PREFIX,),
+    )
+
+
 # MIGRATIONS[i] takes an archive from version i to version i + 1. Append only; never drop.
-MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3, _v4]
+MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3, _v4, _v5]
 assert len(MIGRATIONS) == SCHEMA_VERSION

@@ -37,15 +37,15 @@ import optax
 from evosax.algorithms import Open_ES
 
 from metarl.archives.rows import candidate_row
+from metarl.archives.runs import INTERRUPTED, RunSession, RunSpec, open_run
 from metarl.archives.store import Archive
 from metarl.blackbox.config import ESConfig
 from metarl.blackbox.export import ExportError
 from metarl.blackbox.families import FAMILIES
-from metarl.evaluation.baseline_cache import library_versions
 from metarl.evaluation.cascade import Evaluator
 from metarl.evaluation.outcome import Outcome
 from metarl.evaluation.settings import Reference, plan_runs
-from metarl.platform import device_description
+from metarl.platform import device_description, evaluation_identity
 from metarl.rl.lpo import MetaParams, network_width
 from metarl.rl.suites import get_suite
 from metarl.tasks import get_task
@@ -268,11 +268,12 @@ class ESRun:
         self.task = get_task(self.config.task)
         self.family = FAMILIES[self.config.task]
         self.settings = self.config.cascade_settings()
-        self.versions = library_versions()
+        self.versions = evaluation_identity()  # what its evaluation keys are built on
         self.device = device_description()
         self.strategy = make_strategy(self.config)
         self.run_id: str | None = None
         self.state = ESRunState()
+        self._start_from: tuple[Any, jax.Array] | None = None  # set by `_open`
         self._session_start = time.monotonic()
         self._elapsed_base = 0.0
 
@@ -280,8 +281,15 @@ class ESRun:
     def elapsed(self) -> float:
         return self._elapsed_base + time.monotonic() - self._session_start
 
-    def _open(self) -> tuple[Any, jax.Array]:
-        """Create or reopen the run; the ES state and RNG to continue from."""
+    def _open(self) -> RunSession:
+        """Create the run, or take over the stored one (its ES state and RNG decoded first);
+        what the search continues from is left in `_start_from`.
+
+        Raises:
+            ESError: a mismatched initial mean, resume options or stored state.
+            ArchiveError: no such run, or not an ES run.
+            LiveRun: the run is still running.
+        """
         fresh_rng = jax.random.PRNGKey(self.config.rng_seed)
         rng, init_key = jax.random.split(fresh_rng)
         mean = self.initial_mean
@@ -292,34 +300,35 @@ class ESRun:
                 f"the initial mean has width {network_width(mean)}, not {self.config.hidden}"
             )
         es_state = self.strategy.init(init_key, mean, self.strategy.default_params)
-        if self.resume_id is None:
-            self.run_id = self.archive.create_run(
-                task=self.config.task,
-                suite=self.config.suite,
-                method="es",
-                proposer="evosax Open_ES",
-                mode="es",
-                seed=self.config.rng_seed,
-                config=self.config.to_dict(),
-                config_hash=self.config.hash(),
-                versions=self.versions,
-                device=self.device,
-                max_time_s=self.config.max_time,
-                state=ESRunState().to_dict(),
-            )
-            return es_state, rng
-        run = self.archive.get_run(self.resume_id)
-        if (run.get("method") or "discovery") != "es":
-            raise ESError(f"run {self.resume_id} is a {run.get('method')} run, not an ES run")
-        if run.get("config_hash") != self.config.hash():
-            raise ESError(f"run {self.resume_id} was started with other ES options")
-        self.run_id = self.resume_id
-        self.state = ESRunState.from_dict(run.get("state"))
-        self._elapsed_base = self.state.elapsed_s
-        self.archive.update_run(self.run_id, status="running", ended_at=None, stop_reason=None)
-        if self.state.es is None:  # killed before its first generation finished
-            return es_state, rng
-        return decode_tree(es_state, self.state.es), decode_tree(rng, self.state.rng)
+        self._start_from = (es_state, rng)
+
+        def check(run: dict) -> None:
+            if run.get("config_hash") != self.config.hash():
+                raise ESError(f"run {run['id']} was started with other ES options")
+            state = ESRunState.from_dict(run.get("state"))
+            if state.es is not None:  # else killed before its first generation finished
+                self._start_from = (decode_tree(es_state, state.es), decode_tree(rng, state.rng))
+            self.state = state
+            self._elapsed_base = state.elapsed_s
+
+        spec = RunSpec(
+            method="es",
+            task=self.config.task,
+            suite=self.config.suite,
+            config=self.config.to_dict(),
+            config_hash=self.config.hash(),
+            versions=self.versions,
+            device=self.device,
+            proposer="evosax Open_ES",
+            mode="es",
+            seed=self.config.rng_seed,
+            state=ESRunState().to_dict(),
+            changeable={"max_time_s": self.config.max_time},
+        )
+        session = open_run(self.archive, spec, resume=self.resume_id, check=check)
+        session.final = lambda: {"elapsed_s": self.elapsed()}
+        self.run_id = session.run_id
+        return session
 
     def _save(self, es_state: Any, rng: jax.Array, **run_fields) -> None:
         self.state.es = encode_tree(es_state)
@@ -338,9 +347,17 @@ class ESRun:
         """Run (or resume) the ES; returns how this session ended.
 
         Raises:
-            ESError: the run cannot start (unknown or mismatched resume, no baselines).
+            ESError: the run cannot start (mismatched resume, no baselines).
+            ArchiveError: no such run to resume, or not an ES run.
+            LiveRun: the run to resume is still running.
         """
-        es_state, rng = self._open()
+        with self._open() as session:  # heartbeat and log; an escaping error ends it as failed
+            status, reason = self._search(*self._start_from)
+            session.finish(status, reason)
+        return self.result(status, reason)
+
+    def _search(self, es_state: Any, rng: jax.Array) -> tuple[str, str]:
+        """The generations and exports from `es_state`; (status, reason) of how they ended."""
         status, reason = "finished", "generations done"
         evaluator = self.factory(self.settings)
         try:
@@ -370,11 +387,10 @@ class ESRun:
                 self.export(evaluator, es_state)
                 self._save(es_state, rng)
         except KeyboardInterrupt:
-            status, reason = "interrupted", "interrupted (Ctrl-C); resume continues here"
+            status, reason = "interrupted", INTERRUPTED
         finally:
             evaluator.close()
-            self._finish(status, reason)
-        return self.result(status, reason)
+        return status, reason
 
     def _export_due(self, final: bool = False) -> bool:
         """Whether the mean of the current generation still has to be exported."""
@@ -488,10 +504,6 @@ class ESRun:
         if run.get("best_fitness") is not None and run["best_fitness"] >= outcome.fitness:
             return None
         return cid, outcome.fitness
-
-    def _finish(self, status: str, reason: str) -> None:
-        if self.run_id is not None:
-            self.archive.finish_run(self.run_id, status, reason, elapsed_s=self.elapsed())
 
     def result(self, status: str, reason: str) -> ESResult:
         run = self.archive.get_run(self.run_id)

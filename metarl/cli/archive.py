@@ -4,13 +4,14 @@ discovery writes to the same archive (WAL: readers never block the writer)."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict
 from pathlib import Path
 from typing import Optional
 
 import typer
 
-from metarl.cli.board import leaderboard_table, runs_table
+from metarl.cli.board import leaderboard_table, run_details, runs_table
 from metarl.cli.candidate import lineage_tree, print_candidate
 from metarl.cli.console import console, say
 from metarl.cli.errors import UserError
@@ -22,6 +23,7 @@ from metarl.cli.options import (
     archive_option,
 )
 from metarl.evaluation.text import printable
+from metarl.logs import run_log_path
 
 
 def _open(path: str):
@@ -114,26 +116,36 @@ def leaderboard(
 
 def show(
     candidate: str = typer.Argument(
-        ..., help="Candidate id (e.g. r1-7) or a prefix of its source hash."
+        ..., help="Candidate id (e.g. r1-7), a prefix of its source hash, or a run id (r1)."
     ),
     archive: str = archive_option(),
     full: bool = typer.Option(False, "--full", help="Show whole LLM prompts and replies."),
 ) -> None:
-    """A candidate: code, thought, scores, failure reason, parents, LLM calls.
+    """A candidate: code, thought, scores, failure reason, parents, LLM calls; or a run: its
+    status, progress and where its log is.
 
     Examples:
 
       metarl show r1-7
 
       metarl show r2-12 --full
+
+      metarl show r2
     """
     with _open(archive) as store:
+        if re.fullmatch(r"r\d+", candidate):  # a run id (never a hash prefix: those are hex)
+            run = next((r for r in store.runs() if r["id"] == candidate), None)
+            if run is None:
+                store.get_run(candidate)  # ArchiveError naming the runs there are
+            console.print(run_details(run, run_log_path(store.path, candidate)))
+            return
         cid = store.resolve_candidate(candidate)
         row = store.candidate(cid)
         evaluations = store.evaluations(cid)
         calls = store.calls(cid)
         children = store.children(cid)
-    print_candidate(cid, row, evaluations, calls, children, full=full)
+        log = str(run_log_path(store.path, row["run_id"])) if row.get("run_id") else None
+    print_candidate(cid, row, evaluations, calls, children, full=full, log=log)
 
 
 def lineage(

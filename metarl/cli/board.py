@@ -4,11 +4,14 @@ proposers) is a `console.untrusted` cell: the archive holds model and candidate 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from rich.table import Table
 from rich.text import Text
 
-from metarl.cli.console import cells, untrusted
+from metarl.cli.console import Grid, cells, untrusted
 from metarl.cli.formats import fmt, fmt_interval, fmt_seconds
+from metarl.logs import run_log_path
 
 RUN_STATUS_STYLES = {
     "finished": "green",
@@ -113,11 +116,12 @@ def leaderboard_table(board, *, show_run: bool = False) -> Table:
 
 
 def runs_table(runs: list[dict], archive_path: str) -> Table:
-    """The archive's runs: status, task, suite, progress, best candidate, time, cost.
+    """The archive's runs: status, task, suite, progress, best candidate, time, cost; the
+    caption says where each run's log is.
 
     Args:
         runs: `Archive.runs()` rows (with their `shown_status`).
-        archive_path: the archive, for the title.
+        archive_path: the archive, for the title and the logs' folder.
 
     Returns:
         The table.
@@ -164,4 +168,39 @@ def runs_table(runs: list[dict], archive_path: str) -> Table:
                 (run["started_at"] or "")[:19],
             )
         )
+    table.caption = untrusted(f"each run's log: {run_log_path(archive_path, 'RUN')}")
+    table.caption_justify = "left"
     return table
+
+
+def run_details(run: dict, log: Path) -> Grid:
+    """`metarl show RUN`: a run's status, method, progress, best candidate and log.
+
+    Args:
+        run: an `Archive.runs()` row (with its `shown_status`).
+        log: where the run's log is.
+
+    Returns:
+        The grid.
+    """
+    grid = Grid()
+    status = untrusted(run["shown_status"], RUN_STATUS_STYLES.get(run["shown_status"], ""))
+    if run.get("stop_reason"):
+        status.append_text(untrusted(f" ({run['stop_reason']})", "dim"))
+    grid.add_row("run", run["id"])
+    grid.add_row("status", status)
+    grid.add_row("method", f"{run.get('method') or 'discovery'} · {run.get('proposer') or '—'}")
+    grid.add_row("task", f"{run['task']} · suite {run['suite']}")
+    grid.add_row(
+        "candidates", f"{run['candidates_count'] or 0} · generation {run['generation'] or 0}"
+    )
+    grid.add_row("best", f"{run['best_id'] or '—'} · fitness {fmt(run['best_fitness'])}")
+    grid.add_row(
+        "time", f"{fmt_seconds(run['elapsed_s'])} · started {(run['started_at'] or '')[:19]}"
+    )
+    grid.add_row(
+        "heartbeat",
+        f"{(run.get('updated_at') or '—')[:19]} · pid {run.get('pid')} on {run.get('host') or '—'}",
+    )
+    grid.add_row("log", f"{log}" + ("" if log.exists() else " (not written yet)"))
+    return grid

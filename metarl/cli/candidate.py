@@ -28,10 +28,12 @@ def _row_interval(row: dict, score: str) -> list | None:
     return [low, high] if low is not None and high is not None else None
 
 
-def _candidate_header(cid: str, row: dict, children: list[str]) -> Grid:
+def _candidate_header(cid: str, row: dict, children: list[str], log: str | None) -> Grid:
     header = Grid()
     header.add_row("candidate", f"{cid}  {row['name'] or ''}")
     header.add_row("run", f"{row['run_id']} · task {row['task']} · suite {row['suite']}")
+    if log is not None:
+        header.add_row("run log", log)
     header.add_row("fate", fate_text(row))
     header.add_row(
         "fitness",
@@ -195,6 +197,7 @@ def print_candidate(
     children: list[str],
     *,
     full: bool,
+    log: str | None = None,
 ) -> None:
     """`metarl show`: header, failure reason, thought, code, evaluations, LLM calls.
 
@@ -202,8 +205,9 @@ def print_candidate(
         cid: the candidate's id; row: its archived row.
         evaluations, calls, children: its evaluations, LLM calls and children, as archived.
         full: show whole prompts and replies (else their ends, PROMPT_CHARS each).
+        log: where its run's log is (None: not shown).
     """
-    header = _candidate_header(cid, row, children)
+    header = _candidate_header(cid, row, children, log)
     console.print(Panel(header, title=untrusted(cid, "bold"), title_align="left"))
     if row.get("reason"):
         console.print(

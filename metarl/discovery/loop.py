@@ -37,7 +37,7 @@ from metarl.discovery.runs import LoopError, RunBook, RunResult, Stop
 from metarl.discovery.state import STATE_VERSION, RunState, Slot
 from metarl.evaluation.outcome import Outcome
 from metarl.evaluation.seeds import draw_pool, pool_size
-from metarl.platform import device_description, library_versions
+from metarl.platform import device_description, evaluation_identity
 from metarl.tasks import get_task
 
 logger = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ class DiscoveryLoop:
         self.resume_id = resume
         self.config = config.resolved()
         self.task = get_task(self.config.task)
-        self.versions = library_versions()
+        self.versions = evaluation_identity()  # what its evaluation keys are built on
         self.device = device_description()
         self.run_id: str | None = None
         self.state = RunState()
@@ -79,6 +79,19 @@ class DiscoveryLoop:
         self.batches: Batches | None = None
 
     def run(self) -> RunResult:
+        """Run (or resume) the run; how this session ended.
+
+        Raises:
+            LiveRun: the run to resume is still running.
+            LoopError: it cannot start or go on.
+        """
+        self.book = RunBook.open(
+            self.archive, self.config, self.proposer, self.versions, self.device, self.resume_id
+        )
+        with self.book.session:  # heartbeat and log; an escaping error is recorded as the end
+            return self._run()
+
+    def _run(self) -> RunResult:
         self._start()
         status, reason = "failed", ""
         try:
@@ -118,12 +131,7 @@ class DiscoveryLoop:
         return self.book.result(status, reason)
 
     def _start(self) -> None:
-        if self.resume_id:
-            self.book = RunBook.reopen(self.archive, self.resume_id, self.config, self.proposer)
-        else:
-            self.book = RunBook.create(
-                self.archive, self.config, self.proposer, self.versions, self.device
-            )
+        self.book.restore_proposer()
         self.run_id, self.state = self.book.run_id, self.book.state
         if self.state.seed_pool is None and self.config.seed_values is None:
             counts = [self.config.seeds] + [self.config.confirm_seeds or 0] * self.config.confirm

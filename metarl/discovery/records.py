@@ -57,7 +57,10 @@ def executor_settings(config: DiscoverConfig) -> ExecutorSettings:
 
 @dataclass(frozen=True)
 class RowMaker:
-    """The columns every candidate row of one run shares, and the rows of seeds and children."""
+    """The columns every candidate row of one run shares, and the rows of seeds and children.
+
+    `versions` is the run's `platform.evaluation_identity()`, `device` its
+    `platform.device_description()` (for people; not part of the key)."""
 
     run_id: str
     task: str
@@ -66,7 +69,16 @@ class RowMaker:
     device: str
 
     def key(self, settings: CascadeSettings) -> str:
-        return eval_settings_key(self.task, settings, self.versions, self.device)
+        """The evaluation key of this run's rows scored with `settings`: the one every method
+        builds (archives/keys.py), so another method's evaluation of a program is found.
+
+        Args:
+            settings: the cascade settings of the purpose (child, seed, confirm).
+
+        Returns:
+            The key (`archives.keys.eval_settings_key`).
+        """
+        return eval_settings_key(self.task, settings, self.versions)
 
     def base(self, settings: CascadeSettings) -> dict:
         return {

@@ -1,19 +1,20 @@
-"""A discovery run's record in the archive: creating or reopening it, its resumable state (a
-`RunState`) and RNG, its clock over sessions, its budgets, and the run columns written with every
-candidate, so that a process killed at any instant leaves a state `resume` continues exactly."""
+"""A discovery run's record in the archive: creating or reopening it (through the shared
+lifecycle, `archives.runs`: heartbeat, log, a live run's resume refused), its resumable state
+(a `RunState`) and RNG, its clock over sessions, its budgets, and the run columns written with
+every candidate, so that a process killed at any instant leaves a state `resume` continues
+exactly."""
 
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import sqlite3
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
-from metarl.archives.store import Archive, ArchiveError, pid_alive
+from metarl.archives.runs import RunSession, RunSpec, open_run
+from metarl.archives.store import Archive, ArchiveError
 from metarl.discovery import selection
 from metarl.discovery.config import DiscoverConfig
 from metarl.discovery.state import RunState
@@ -22,7 +23,7 @@ logger = logging.getLogger(__name__)
 
 
 class LoopError(Exception):
-    """A run that cannot go on (no seed passes, run still active elsewhere...): one line."""
+    """A run that cannot go on (no seed passes, no resumable state...): one line."""
 
 
 class Stop(Exception):
@@ -46,74 +47,68 @@ class RunResult:
 class RunBook:
     """The bookkeeping of one run: `run_id`, `state`, `rng` and the archive's `runs` row.
 
-    Build it with `create` (a new run) or `reopen` (a resume); `proposer` is asked for its state
-    whenever the run's state is written.
+    Build it with `open` (a new run, or a resume through the shared lifecycle,
+    `archives.runs`) and enter its `session` before any work; `proposer` is asked for its
+    state whenever the run's state is written.
     """
 
-    def __init__(self, archive: Archive, config: DiscoverConfig, proposer, run_id: str, state):
-        self.archive = archive
+    def __init__(self, session: RunSession, config: DiscoverConfig, proposer, state: RunState):
+        self.session = session
+        self.archive = session.archive
         self.config = config
         self.proposer = proposer
-        self.run_id = run_id
+        self.run_id = session.run_id
         self.state: RunState = state
         self.rng: np.random.Generator = selection.rng_from_state(state.rng, config.seed)
         self._elapsed_base = float(state.elapsed_s)
         self._session_start = time.monotonic()
 
     @classmethod
-    def create(
-        cls, archive: Archive, config: DiscoverConfig, proposer, versions: dict, device: str
+    def open(
+        cls,
+        archive: Archive,
+        config: DiscoverConfig,
+        proposer,
+        versions: dict,
+        device: str,
+        resume: str | None = None,
     ) -> "RunBook":
-        state = RunState()
-        run_id = archive.create_run(
+        """A new run, or stored run `resume` taken over (its state, and the proposer's dialogue
+        and state, restored once the session is entered: see `restore_proposer`).
+
+        Raises:
+            ArchiveError: no such run, or not a discovery run.
+            LiveRun: the run is still running in a live process.
+            LoopError: the run has no resumable state.
+        """
+        spec = RunSpec(
+            method="discovery",
             task=config.task,
             suite=config.suite,
-            method="discovery",
-            proposer=getattr(proposer, "name", config.proposer),
-            model=",".join(config.models) or None,
-            mode=config.mode,
-            seed=config.seed,
             config=config.to_dict(),
             config_hash=config.hash(),
             versions=versions,
             device=device,
-            **_budgets(config),
-            state=state.to_dict(),
+            proposer=getattr(proposer, "name", config.proposer),
+            model=",".join(config.models) or None,
+            mode=config.mode,
+            seed=config.seed,
+            state=RunState().to_dict(),
+            changeable={"config": config.to_dict(), **_budgets(config)},
         )
-        return cls(archive, config, proposer, run_id, state)
+        session = open_run(archive, spec, resume=resume, check=_resumable)
+        state = RunState.restore(session.row.get("state")) if resume else RunState()
+        return cls(session, config, proposer, state)
 
-    @classmethod
-    def reopen(cls, archive: Archive, run_id: str, config: DiscoverConfig, proposer) -> "RunBook":
-        """Take over stored run `run_id`: its state, and the proposer's dialogue and state.
-
-        Raises:
-            ArchiveError: no such run.
-            LoopError: the run is still running in a live process, or has no resumable state.
-        """
-        run = archive.get_run(run_id)
-        if run["status"] == "running" and run.get("pid") and run.get("pid") != os.getpid():
-            if run.get("host") == socket.gethostname() and pid_alive(run["pid"]):
-                raise LoopError(
-                    f"run {run['id']} is still running (pid {run['pid']}); stop it first"
-                )
-        state = RunState.restore(run.get("state"))
-        if state is None:
-            raise LoopError(f"run {run['id']} has no resumable state")
+    def restore_proposer(self) -> None:
+        """Give a resumed run's proposer its dialogue and state back (a new run: nothing)."""
+        if not self.session.resumed:
+            return
+        state = self.state
         pending = state.plan.messages if state.plan is not None else []
-        proposer.restore_messages([*archive.messages(run["id"]), *pending])
+        self.proposer.restore_messages([*self.archive.messages(self.run_id), *pending])
         if state.proposer is not None:
-            proposer.set_state(state.proposer)
-        archive.update_run(
-            run["id"],
-            status="running",
-            stop_reason=None,
-            ended_at=None,
-            error=None,
-            pid=os.getpid(),
-            config=config.to_dict(),
-            **_budgets(config),
-        )
-        return cls(archive, config, proposer, run["id"], state)
+            self.proposer.set_state(state.proposer)
 
     # -- clock and budgets ----------------------------------------------------------------------
     def elapsed(self) -> float:
@@ -187,8 +182,7 @@ class RunBook:
             logger.exception("could not count run %s's candidates", self.run_id)
             count = None
         fields = {"candidates_count": count} if count is not None else {}
-        self.archive.finish_run(
-            self.run_id,
+        self.session.finish(
             status,
             reason,
             error=error,
@@ -208,6 +202,12 @@ class RunBook:
             run.get("best_id"),
             run.get("best_fitness"),
         )
+
+
+def _resumable(run: dict) -> None:
+    """Raises LoopError when stored run `run` has no state this version can resume."""
+    if RunState.restore(run.get("state")) is None:
+        raise LoopError(f"run {run['id']} has no resumable state")
 
 
 def _budgets(config: DiscoverConfig) -> dict:

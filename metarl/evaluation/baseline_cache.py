@@ -10,8 +10,10 @@ cache's path, and none can write outside its own tmpfs.
 
 Entries are verified on read: the key stored inside must be the key asked for and a checksum
 must match the content, so a truncated, hand-edited or misplaced file is recomputed, never
-trusted. The key includes library versions, the backend and XLA_FLAGS (they change the last
-bits of the returns); they are read from package metadata, so the parent never imports JAX.
+trusted. Keys are built by `platform.evaluation_key` over `platform.evaluation_identity()`
+(library versions, backend, XLA_FLAGS, the processor: they change the last bits of the returns),
+the same identity and builder as every method's archived evaluation keys; all of it is read
+from package metadata, the environment and /proc, so the parent never imports JAX.
 """
 
 from __future__ import annotations
@@ -50,15 +52,6 @@ def compilation_cache_dir() -> Path:
     return cache_root() / "xla"
 
 
-def library_versions() -> dict:
-    """Everything besides the config that changes a baseline's returns."""
-    return {
-        **platform.library_versions(),
-        "backend": platform.backend(),
-        "xla_flags": os.environ.get("XLA_FLAGS", ""),
-    }
-
-
 def _digest(payload: object, length: int = 24) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:length]
 
@@ -74,20 +67,21 @@ def baseline_key(
     after `updates` updates (a short run is the first segment of the full run, so it shares
     the config). Per seed: a seed's returns do not depend on the seeds trained beside it, so a
     batch's baseline is assembled from the seeds it draws and each is trained once."""
-    return "baseline-" + _digest(
-        {
-            "task": task_name,
-            "program": program_hash,
-            "config": config.to_dict(),
-            "updates": int(updates),
-            "training_seed": int(training_seed),
-            "versions": library_versions(),
-        }
-    )
+    payload = {
+        "kind": "baseline",
+        "task": task_name,
+        "program": program_hash,
+        "config": config.to_dict(),
+        "updates": int(updates),
+        "training_seed": int(training_seed),
+    }
+    return "baseline-" + platform.evaluation_key(payload, platform.evaluation_identity(), 24)
 
 
 def random_key(env_name: str) -> str:
-    return "random-" + _digest({"env": env_name, "versions": library_versions()})
+    """The cache key of `env_name`'s random-policy return on this machine."""
+    payload = {"kind": "random", "env": env_name}
+    return "random-" + platform.evaluation_key(payload, platform.evaluation_identity(), 24)
 
 
 def _path(key: str) -> Path:

@@ -64,12 +64,14 @@ class CallSite:
     inputs: tuple[Spec, ...]
 
     def describe(self) -> str:
+        """E.g. "its VJP (epsilon=0.2) on 128 elements": for a reason the proposer reads."""
         what = "its VJP" if self.vjp else "the program"
         size = self.inputs[0][0][0] if self.inputs and self.inputs[0][0] else 1
         return f"{what} ({self.variant}) on {size} elements"
 
 
 def _deserialize(blob: bytes):
+    """An Exported from its serialised bytes (verified by the caller before it compiles)."""
     return jax_export.deserialize(bytearray(blob))
 
 

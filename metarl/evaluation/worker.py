@@ -201,6 +201,7 @@ def run(job: dict, report) -> dict:
         return stages.introspect()
     task = get_task(job["task"])
     if kind == CHECK_KIND:
+        # lazy: as above, nothing of metarl before the rlimits
         from metarl.evaluation.artifact_precheck import check_in_worker
 
         return check_in_worker(task, job["artifacts"], job["platform"])

@@ -24,13 +24,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from datasets import Dataset
-from transformers import PreTrainedModel, TrainerCallback
+from transformers import PreTrainedModel
 from transformers.trainer_utils import get_last_checkpoint
 from trl import GRPOConfig, GRPOTrainer
 
 from metarl.archives.rows import candidate_row
+from metarl.archives.runs import INTERRUPTED, RunSession, RunSpec, open_run
 from metarl.archives.store import Archive, ArchiveError, decode_outcome
-from metarl.evaluation.baseline_cache import library_versions
 from metarl.evaluation.cascade import Evaluator
 from metarl.grpo import prompts as prompt_plan
 from metarl.grpo.measure import ProposerScore, measure_proposer
@@ -42,10 +42,11 @@ from metarl.grpo.model import (
     model_name,
     save_checkpoint,
 )
-from metarl.grpo.rewards import PASS_STAGES, CascadeReward, RewardStats, Verdict, reward_of
+from metarl.grpo.progress import StepProgress
+from metarl.grpo.rewards import CascadeReward, Verdict, reward_of
 from metarl.grpo.settings import GRPOSettings, TrainError
 from metarl.grpo.sft import warm_start
-from metarl.platform import device_description
+from metarl.platform import device_description, evaluation_identity
 from metarl.tasks import get_task
 
 logger = logging.getLogger(__name__)
@@ -75,24 +76,6 @@ class TrainState:
     def from_dict(cls, data: dict | None) -> "TrainState":
         known = {f for f in cls.__dataclass_fields__}
         return cls(**{k: v for k, v in (data or {}).items() if k in known})
-
-
-@dataclass
-class StepReport:
-    """One optimiser step, as the progress display shows it."""
-
-    step: int
-    steps: int
-    mean_reward: float | None
-    pass_rates: dict[str, float | None]
-    zero_spread: int
-    groups: int
-    kl: float | None
-    tokens_per_s: float
-    seconds: float  # the whole step: generate + evaluate + update
-    generate_s: float  # sampling the completions (transformers or vllm)
-    evaluate_s: float  # the reward: extraction, the cascade, the archive
-    update_s: float  # log-probabilities, loss, backward, optimiser step
 
 
 @dataclass
@@ -141,7 +124,7 @@ class ProposerTraining:
         self.rollout_func = rollout_func
         self.task = get_task(settings.task)
         self.cascade = settings.cascade_settings()
-        self.versions = library_versions()
+        self.versions = evaluation_identity()  # what its evaluation keys are built on
         self.device = device_description()
         self.name = model_name(settings.model)
         self.run_id: str | None = None
@@ -155,45 +138,47 @@ class ProposerTraining:
     def elapsed(self) -> float:
         return self._elapsed_base + time.monotonic() - self._started
 
-    def _open(self) -> None:
-        if self.resume_id is None:
-            self.run_id = self.archive.create_run(
-                task=self.settings.task,
-                suite=self.settings.suite,
-                method=METHOD,
-                proposer=f"grpo:{self.name}",
-                mode=METHOD,
-                seed=self.settings.rng_seed,
-                config=self.settings.to_dict(),
-                config_hash=self.settings.hash(),
-                versions=self.versions,
-                device=self.device,
-                max_time_s=self.settings.max_time,
-                state=self.state.to_dict(),
-            )
-            if self.output_dir is None:
-                self.output_dir = Path("proposers") / self.run_id
-                self.settings.output_dir = str(self.output_dir)
-                self.archive.update_run(self.run_id, config=self.settings.to_dict())
-            return
-        run = self.archive.get_run(self.resume_id)
-        if (run.get("method") or "discovery") != METHOD:
-            raise TrainError(f"run {self.resume_id} is a {run.get('method')} run, not a GRPO run")
-        stored = GRPOSettings(**(run.get("config") or {}))
-        self.output_dir = Path(stored.output_dir)
-        self.settings.output_dir = stored.output_dir
-        if stored.hash() != self.settings.hash():
-            raise TrainError(f"run {self.resume_id} was started with other training options")
-        self.run_id = self.resume_id
-        self.state = TrainState.from_dict(run.get("state"))
-        self._elapsed_base = self.state.elapsed_s
-        self.archive.update_run(
-            self.run_id,
-            status="running",
-            ended_at=None,
-            stop_reason=None,
-            max_time_s=self.settings.max_time,
+    def _open(self) -> RunSession:
+        """Create the run, or take over stored run `resume_id` (its output folder and state).
+
+        Raises:
+            TrainError: the stored run was started with other training options.
+            ArchiveError: no such run, or not a GRPO run.
+            LiveRun: the run is still running.
+        """
+
+        def check(run: dict) -> None:
+            stored = GRPOSettings(**(run.get("config") or {}))
+            self.output_dir = Path(stored.output_dir)
+            self.settings.output_dir = stored.output_dir
+            if stored.hash() != self.settings.hash():
+                raise TrainError(f"run {run['id']} was started with other training options")
+
+        spec = RunSpec(
+            method=METHOD,
+            task=self.settings.task,
+            suite=self.settings.suite,
+            config=self.settings.to_dict(),
+            config_hash=self.settings.hash(),
+            versions=self.versions,
+            device=self.device,
+            proposer=f"grpo:{self.name}",
+            mode=METHOD,
+            seed=self.settings.rng_seed,
+            state=self.state.to_dict(),
+            changeable={"max_time_s": self.settings.max_time},
         )
+        session = open_run(self.archive, spec, resume=self.resume_id, check=check)
+        session.final = self._final_columns
+        self.run_id = session.run_id
+        if session.resumed:
+            self.state = TrainState.from_dict(session.row.get("state"))
+            self._elapsed_base = self.state.elapsed_s
+        elif self.output_dir is None:
+            self.output_dir = Path("proposers") / self.run_id
+            self.settings.output_dir = str(self.output_dir)
+            session.save(config=self.settings.to_dict())
+        return session
 
     def _save(self, **run_fields) -> None:
         self.state.elapsed_s = self.elapsed()
@@ -205,16 +190,10 @@ class ProposerTraining:
             **run_fields,
         )
 
-    def _finish(self, status: str, reason: str) -> None:
-        if self.run_id is not None:
-            self.state.elapsed_s = self.elapsed()
-            self.archive.finish_run(
-                self.run_id,
-                status,
-                reason,
-                elapsed_s=self.state.elapsed_s,
-                state=self.state.to_dict(),
-            )
+    def _final_columns(self) -> dict:
+        """The columns written with the run's end: its time and state."""
+        self.state.elapsed_s = self.elapsed()
+        return {"elapsed_s": self.state.elapsed_s, "state": self.state.to_dict()}
 
     # -- archiving completions ------------------------------------------------------------------
     def checkpoint_of(self, step: int, phase: str = "train") -> str:
@@ -300,10 +279,20 @@ class ProposerTraining:
         Raises:
             TrainError: the run cannot start (mismatched resume, no prompts).
             ModelLoadError: the model cannot be loaded.
+            ArchiveError: no such run to resume, or not a GRPO run.
+            LiveRun: the run to resume is still running.
         """
         model_location(self.settings.model)  # a missing model fails before any run exists
-        self._open()
-        status, reason = "finished", "steps done"
+        with self._open() as session:  # heartbeat and log; an escaping error ends it as failed
+            try:
+                status, reason = self._phases()
+            except KeyboardInterrupt:
+                status, reason = "interrupted", INTERRUPTED
+            session.finish(status, reason)
+        return self.result(status, reason)
+
+    def _phases(self) -> tuple[str, str]:
+        """The phases still to do (see the module docstring); (status, reason) of the end."""
         evaluator = None
         try:
             plan = self._plan()
@@ -336,7 +325,7 @@ class ProposerTraining:
             if self.state.phase == "grpo":
                 status, reason, network = self._grpo(network, tokenizer, plan, reward)
                 if status != "finished":
-                    return self.result(status, reason)
+                    return status, reason
                 final = save_checkpoint(network, tokenizer, self.output_dir / "final")
                 self.state.checkpoint = str(final)
                 self.state.phase = "after"
@@ -345,16 +334,10 @@ class ProposerTraining:
                 self._measure("trained", network, tokenizer, heldout, reward, self.state.step)
                 self.state.phase = "done"
                 self._save()
-        except KeyboardInterrupt:
-            status, reason = "interrupted", "interrupted (Ctrl-C); resume continues here"
-        except Exception as error:  # recorded as the run's end, then raised to the caller
-            status, reason = "failed", f"{type(error).__name__}: {error}"
-            raise
         finally:
             if evaluator is not None:
                 evaluator.close()
-            self._finish(status, reason)
-        return self.result(status, reason)
+        return "finished", "steps done"
 
     def _plan(self) -> prompt_plan.PromptPlan:
         if self.state.prompts is None:
@@ -456,7 +439,7 @@ class ProposerTraining:
             vllm_mode=settings.vllm_mode,
             vllm_server_base_url=settings.vllm_server_url,
         )
-        progress = _Progress(self, reward)
+        progress = StepProgress(self, reward)
         trainer = GRPOTrainer(
             model=network,
             reward_funcs=reward,
@@ -492,68 +475,6 @@ class ProposerTraining:
             zero_spread=self.state.zero_spread,
             output_dir=str(self.output_dir),
         )
-
-
-class _Progress(TrainerCallback):
-    """After each optimiser step: count it in the run's state, report it, and stop at the time
-    budget (with a checkpoint, so the resume starts from this step)."""
-
-    def __init__(self, training: ProposerTraining, reward: CascadeReward):
-        self.training = training
-        self.reward = reward
-        self.stopped: str | None = None
-        self._seen = 0
-        self._step_start = time.monotonic()
-
-    def on_step_begin(self, args, state, control, **kwargs):
-        self._step_start = time.monotonic()
-
-    def on_step_end(self, args, state, control, **kwargs):
-        training = self.training
-        budget = training.settings.max_time
-        if budget is not None and training.elapsed() >= budget:
-            self.stopped = f"time budget of {budget:g} s spent"
-            control.should_training_stop = True
-            control.should_save = True
-        return control
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        logs = logs or {}
-        if "reward" not in logs:
-            return
-        training = self.training
-        calls: list[RewardStats] = self.reward.history[self._seen :]
-        self._seen = len(self.reward.history)
-        groups = sum(c.groups for c in calls)
-        zero = sum(c.zero_spread for c in calls)
-        scorable = sum(c.scorable for c in calls)
-        seconds = time.monotonic() - self._step_start
-        evaluate_s = sum(c.eval_s for c in calls)
-        generate_s = (calls[0].started - self._step_start) if calls else 0.0
-        tokens = sum(c.completion_tokens for c in calls)
-        report = StepReport(
-            step=state.global_step,
-            steps=training.settings.steps,
-            mean_reward=logs.get("reward"),
-            pass_rates={
-                stage: (sum(c.passed[stage] for c in calls) / scorable if scorable else None)
-                for stage in PASS_STAGES
-            },
-            zero_spread=zero,
-            groups=groups,
-            kl=logs.get("kl"),
-            tokens_per_s=tokens / generate_s if generate_s > 0 else 0.0,
-            seconds=seconds,
-            generate_s=generate_s,
-            evaluate_s=evaluate_s,
-            update_s=max(0.0, seconds - generate_s - evaluate_s),
-        )
-        training.state.step = state.global_step
-        training.state.groups += groups
-        training.state.zero_spread += zero
-        training.state.steps.append(asdict(report))
-        training._save()
-        training.on_event("step", report)
 
 
 def evaluate_proposers(

@@ -1,0 +1,402 @@
+"""The run lifecycle every method shares: create a run, or take over a stopped one, heartbeat
+while it works, write its log, and record how it ended.
+
+Discovery, ES, distillation, symbolic regression and GRPO each used to write their own create,
+mark-running, finish and resume, and only discovery refused to resume a run that was still
+running: two `--resume r3` at once would both write run r3. Here there is one path:
+
+    with open_run(archive, spec, resume=None or "r3", check=...) as run:
+        ...                         work; run.save(...) writes columns (and is a heartbeat)
+        run.finish("stopped", "time budget spent")
+    # an exception that leaves the block records the run as failed with its reason,
+    # Ctrl-C as interrupted; a block that ends without finish() records it as finished
+
+While the block is open a daemon thread touches the run's `updated_at` every
+HEARTBEAT_EVERY_S seconds, and the `metarl` logger's records are appended to the run's log,
+`<archive stem>-logs/<run>.log` beside the archive (`metarl.logs.run_log_path`).
+
+A resume is refused (`LiveRun`) while the run is live:
+
+- its status is `running`, and
+- on this host: its process is alive (and, for this very process, the run is open here);
+  on another host (where no process can be asked): its last heartbeat is younger than
+  STALE_AFTER_S.
+
+STALE_AFTER_S is 120 s: a live run writes a heartbeat every 15 s, but a write may wait up to
+the archive's 60 s busy timeout behind another writer, so a live run's heartbeat can be up to
+~75 s old; 120 s leaves room for that without ever calling a live run stale, while a run whose
+machine died is resumable two minutes later. A same-host run whose process is gone (SIGKILL,
+a crash) is resumable at once, whatever its heartbeat says; one whose process id is alive but
+whose heartbeat is stale (a reused process id, a hung process) is resumable too.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+from metarl.archives.store import Archive, ArchiveError, now, pid_alive
+from metarl.logs import log_to_file, run_log_path
+
+logger = logging.getLogger(__name__)
+
+HEARTBEAT_EVERY_S = 15.0
+STALE_AFTER_S = 120.0
+INTERRUPTED = "interrupted (Ctrl-C); resume continues here"
+
+Clock = Callable[[], datetime]
+# runs open in this process, as (archive file, run id): a run whose row names this process is
+# live only while it is open here (an in-process caller may reopen one it left behind)
+_OPEN: set[tuple[str, str]] = set()
+_OPEN_LOCK = threading.Lock()
+
+
+class LiveRun(ArchiveError):
+    """A resume refused: the run is still running (one line for the user)."""
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """What a method says about its run.
+
+    Attributes:
+        method: the archive's `method` value ("discovery", "es", "grpo", ...).
+        task, suite: what the run learns and where.
+        config: the method's options, as stored (a resume keeps the stored ones unless
+            `changeable` has a new `config`).
+        config_hash: the options a resume may not change, hashed (None: not checked here).
+        versions, device: the libraries and machine the run writes with.
+        proposer, mode, model, seed: the run's labels.
+        state: the resumable state a new run starts with.
+        changeable: columns a resume rewrites (budgets, a new config): written on creation too.
+    """
+
+    method: str
+    task: str
+    suite: str
+    config: dict
+    config_hash: str | None = None
+    versions: dict | None = None
+    device: str | None = None
+    proposer: str | None = None
+    mode: str | None = None
+    model: str | None = None
+    seed: int | None = None
+    state: dict | None = None
+    changeable: dict = field(default_factory=dict)
+
+    def columns(self) -> dict:
+        """The `runs` columns of a new run of this spec."""
+        return {
+            "method": self.method,
+            "task": self.task,
+            "suite": self.suite,
+            "config": self.config,
+            "config_hash": self.config_hash,
+            "versions": self.versions,
+            "device": self.device,
+            "proposer": self.proposer,
+            "mode": self.mode,
+            "model": self.model,
+            "seed": self.seed,
+            "state": self.state,
+            **self.changeable,
+        }
+
+
+def heartbeat_age(run: dict, at: datetime | None = None) -> float | None:
+    """Seconds since run row `run`'s last write or heartbeat (`updated_at`); None if unknown."""
+    stamp = run.get("updated_at") or run.get("started_at")
+    if not stamp:
+        return None
+    try:
+        then = datetime.fromisoformat(stamp)
+    except ValueError:
+        logger.warning("run %s has an unreadable updated_at %r", run.get("id"), stamp)
+        return None
+    if then.tzinfo is None:
+        then = then.replace(tzinfo=timezone.utc)
+    return ((at or datetime.now(timezone.utc)) - then).total_seconds()
+
+
+def live_reason(
+    archive: Archive,
+    run: dict,
+    *,
+    stale_after_s: float = STALE_AFTER_S,
+    at: datetime | None = None,
+) -> str | None:
+    """Why run row `run` is live (may not be resumed), or None when it may be.
+
+    Args:
+        archive: the archive holding the run.
+        run: its row (`Archive.get_run`).
+        stale_after_s: a heartbeat older than this many seconds is stale.
+        at: the time to judge at (default now; a test's clock).
+
+    Returns:
+        A phrase naming who runs it and its heartbeat's age, or None.
+    """
+    if run.get("status") != "running":
+        return None
+    pid, host = run.get("pid"), run.get("host")
+    here = socket.gethostname()
+    if host == here and pid == os.getpid():
+        with _OPEN_LOCK:
+            if (str(archive.path), run["id"]) in _OPEN:
+                return f"open in this process (pid {pid})"
+        return None
+    if host == here and not pid_alive(pid):
+        return None  # its process is gone (killed, crashed): resumable at once
+    age = heartbeat_age(run, at)
+    if age is not None and age >= stale_after_s:
+        logger.info(
+            "run %s's last heartbeat is %.0f s old (stale after %.0f s): resumable",
+            run["id"],
+            age,
+            stale_after_s,
+        )
+        return None
+    beat = f"last heartbeat {age:.0f} s ago" if age is not None else "no heartbeat recorded"
+    return f"pid {pid} on {host or 'an unknown host'}, {beat}"
+
+
+class RunSession:
+    """One session of a run: its id, the row it opened with, its heartbeat and its log.
+
+    Made by `open_run`; use it as a context manager (the heartbeat and the log live while the
+    block is open), then `finish` or `fail` it; leaving the block records what `finish` was
+    not told (see the module docstring).
+
+    Attributes:
+        archive: the archive.
+        run_id: the run.
+        method: its method.
+        resumed: whether this session took over a stored run.
+        row: the run's row as it was stored before this session (a resume's state, config).
+        log_path: where the run's log is appended.
+        final: `final() -> columns` written with the run's end (elapsed time, state); set by
+            the method.
+    """
+
+    def __init__(
+        self,
+        archive: Archive,
+        run_id: str,
+        method: str,
+        row: dict,
+        *,
+        resumed: bool,
+        heartbeat_s: float = HEARTBEAT_EVERY_S,
+    ):
+        self.archive = archive
+        self.run_id = run_id
+        self.method = method
+        self.row = row
+        self.resumed = resumed
+        self.log_path: Path = run_log_path(archive.path, run_id)
+        self.final: Callable[[], dict] = dict
+        self.ended: str | None = None  # the status it ended with, once recorded
+        self._heartbeat_s = heartbeat_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._exits = ExitStack()
+        self._lost = False
+        with _OPEN_LOCK:
+            _OPEN.add(self._key)
+
+    @property
+    def _key(self) -> tuple[str, str]:
+        return (str(self.archive.path), self.run_id)
+
+    # -- the session's block -----------------------------------------------------------------
+    def __enter__(self) -> "RunSession":
+        self._exits.enter_context(log_to_file(self.log_path))
+        verb = "resumed" if self.resumed else "started"
+        logger.info(
+            "run %s (%s) %s by pid %d on %s; log %s",
+            self.run_id,
+            self.method,
+            verb,
+            os.getpid(),
+            socket.gethostname(),
+            self.log_path,
+        )
+        self._thread = threading.Thread(
+            target=self._beat_until_stopped, name=f"heartbeat-{self.run_id}", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def __exit__(self, kind, error, traceback) -> None:
+        try:
+            if self.ended is None:
+                if error is None:
+                    self.finish("finished", "done")
+                elif isinstance(error, KeyboardInterrupt):
+                    self.finish("interrupted", INTERRUPTED)
+                else:
+                    self.fail(error)
+        finally:
+            self._release()
+            self._exits.close()
+
+    # -- writing the run's row ---------------------------------------------------------------
+    def save(self, **columns) -> None:
+        """Write `columns` to the run's row (its `updated_at` too: a heartbeat)."""
+        self.archive.update_run(self.run_id, **columns)
+
+    def beat(self) -> bool:
+        """Touch the run's `updated_at` if this session still owns it.
+
+        Returns:
+            Whether it did (False: another session took the run over, or it ended).
+        """
+        with self.archive.transaction():
+            cursor = self.archive.conn.execute(
+                "UPDATE runs SET updated_at = ? WHERE id = ? AND status = 'running' "
+                "AND pid = ? AND host = ?",
+                (now(), self.run_id, os.getpid(), socket.gethostname()),
+            )
+        owned = cursor.rowcount > 0
+        if not owned and not self._lost and self.ended is None:
+            self._lost = True
+            logger.warning(
+                "run %s is no longer this session's (taken over after a stale heartbeat, or "
+                "ended elsewhere); its heartbeat stops",
+                self.run_id,
+            )
+        return owned
+
+    def finish(self, status: str, reason: str, **columns) -> bool:
+        """Record how this session ended; best effort (logged, never raised).
+
+        Args:
+            status: finished | stopped | interrupted | failed.
+            reason: why, in one line.
+            columns: more columns to write (they override `final()`'s).
+
+        Returns:
+            Whether the row was written.
+        """
+        self._stop_heartbeat()
+        fields = {**self._final_columns(), **columns}
+        written = self.archive.finish_run(self.run_id, status, reason, **fields)
+        self.ended = status
+        log = logger.warning if status == "failed" else logger.info
+        log("run %s %s (%s)", self.run_id, status, reason)
+        self._release()
+        return written
+
+    def fail(self, error: BaseException | str, **columns) -> bool:
+        """Record the run as failed, its reason `Type: message` (also its `error`).
+
+        Returns:
+            Whether the row was written.
+        """
+        if isinstance(error, BaseException):
+            reason = f"{type(error).__name__}: {error}"
+        else:
+            reason = str(error)
+        return self.finish("failed", reason, **{"error": reason, **columns})
+
+    # -- plumbing ----------------------------------------------------------------------------
+    def _final_columns(self) -> dict:
+        try:
+            return dict(self.final())
+        except Exception:  # the end is still recorded, without the method's last numbers
+            logger.exception("run %s: its final columns could not be computed", self.run_id)
+            return {}
+
+    def _beat_until_stopped(self) -> None:
+        while not self._stop.wait(self._heartbeat_s):
+            try:
+                if not self.beat():
+                    return
+            except Exception:  # a busy or full disk: the next beat tries again
+                logger.warning("run %s: heartbeat not written", self.run_id, exc_info=True)
+
+    def _stop_heartbeat(self) -> None:
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+    def _release(self) -> None:
+        self._stop_heartbeat()
+        with _OPEN_LOCK:
+            _OPEN.discard(self._key)
+
+
+def open_run(
+    archive: Archive,
+    spec: RunSpec,
+    *,
+    resume: str | None = None,
+    check: Callable[[dict], None] | None = None,
+    stale_after_s: float = STALE_AFTER_S,
+    clock: Clock | None = None,
+    heartbeat_s: float = HEARTBEAT_EVERY_S,
+) -> RunSession:
+    """A new run of `spec`, or (with `resume`) stored run `resume` taken over by this process.
+
+    Args:
+        archive: where the run is.
+        spec: the method's description of its run.
+        resume: the run to continue, or None for a new one.
+        check: `check(row)` raises the method's own error when the stored run cannot be
+            continued with this spec (other options, no resumable state); called after the
+            liveness check, before anything is written.
+        stale_after_s: a heartbeat older than this is stale (see the module docstring).
+        clock: the time to judge staleness at (default: now).
+        heartbeat_s: seconds between heartbeats while the session's block is open.
+
+    Returns:
+        The session, not yet entered: `with open_run(...) as run:`.
+
+    Raises:
+        ArchiveError: no run `resume`, or it is another method's.
+        LiveRun: run `resume` is still running.
+    """
+    if resume is None:
+        run_id = archive.create_run(**spec.columns())
+        return RunSession(
+            archive,
+            run_id,
+            spec.method,
+            archive.get_run(run_id),
+            resumed=False,
+            heartbeat_s=heartbeat_s,
+        )
+    with archive.transaction():  # judged and taken in one write: two resumes never both win
+        row = archive.get_run(resume)
+        method = row.get("method") or "discovery"
+        if method != spec.method:
+            raise ArchiveError(f"run {resume} is a run of method {method}, not {spec.method}")
+        at = clock() if clock is not None else None
+        why = live_reason(archive, row, stale_after_s=stale_after_s, at=at)
+        if why is not None:
+            raise LiveRun(
+                f"run {resume} is still running ({why}); stop it first, or resume it once its "
+                f"heartbeat is {stale_after_s:.0f} s old"
+            )
+        if check is not None:
+            check(row)
+        archive.update_run(
+            resume,
+            status="running",
+            stop_reason=None,
+            ended_at=None,
+            error=None,
+            pid=os.getpid(),
+            host=socket.gethostname(),
+            **spec.changeable,
+        )
+    return RunSession(archive, resume, spec.method, row, resumed=True, heartbeat_s=heartbeat_s)

@@ -52,8 +52,9 @@ STALE_AFTER_S = 120.0
 INTERRUPTED = "interrupted (Ctrl-C); resume continues here"
 
 Clock = Callable[[], datetime]
-# runs open in this process, as (archive file, run id): a run whose row names this process is
-# live only while it is open here (an in-process caller may reopen one it left behind)
+# runs whose session block is open in this process, as (archive file, run id): a run whose row
+# names this process is live only while it is open here (an in-process caller may reopen one
+# it left behind)
 _OPEN: set[tuple[str, str]] = set()
 _OPEN_LOCK = threading.Lock()
 
@@ -151,7 +152,7 @@ def live_reason(
     if host == here and pid == os.getpid():
         with _OPEN_LOCK:
             if (str(archive.path), run["id"]) in _OPEN:
-                return f"open in this process (pid {pid})"
+                return f"open in this process, pid {pid}"
         return None
     if host == here and not pid_alive(pid):
         return None  # its process is gone (killed, crashed): resumable at once
@@ -209,8 +210,6 @@ class RunSession:
         self._thread: threading.Thread | None = None
         self._exits = ExitStack()
         self._lost = False
-        with _OPEN_LOCK:
-            _OPEN.add(self._key)
 
     @property
     def _key(self) -> tuple[str, str]:
@@ -218,6 +217,8 @@ class RunSession:
 
     # -- the session's block -----------------------------------------------------------------
     def __enter__(self) -> "RunSession":
+        with _OPEN_LOCK:
+            _OPEN.add(self._key)
         self._exits.enter_context(log_to_file(self.log_path))
         verb = "resumed" if self.resumed else "started"
         logger.info(

@@ -114,6 +114,19 @@ def test_an_artifact_diverging_only_at_the_training_size_is_refused_by_both_laye
     check_variants(variants, DRIFT.element_signature, other, examples, 0, [1 / 128])
 
 
+def test_an_artifact_failing_only_at_the_training_size_is_refused_before_training():
+    # a shape-polymorphic trick: the symbolic size is constrained to the probes' sizes
+    (n,) = jax_export.symbolic_shape("n", constraints=(f"n <= {TRAINING_SIZE - 1}",))
+    spec = jax.ShapeDtypeStruct((n,), jnp.float32)
+    exported = jax_export.export(jax.jit(ppo_clip), platforms=["cpu"])(spec, spec)
+    with pytest.raises(ArtifactRejected, match="size of the batch"):
+        artifact.verify(exported, DRIFT.element_signature, "cpu")
+    variants = unverified(exported)
+    sizes = training_sizes(DRIFT, variants, CONFIGS, SEEDS)
+    with pytest.raises(BehaviourRejected, match=f"fails in a batch of {TRAINING_SIZE}"):
+        check_variants(variants, DRIFT.element_signature, sizes, example_rows(DRIFT), 0)
+
+
 @pytest.mark.parametrize(
     "name, function",
     [

@@ -17,11 +17,12 @@ import pytest
 
 from metarl.blackbox.distil import DistilSettings, distil, distillation_errors, initial_params
 from metarl.blackbox.export import lpo_source
-from metarl.evaluation.cascade import CascadeSettings, Evaluator, SampleFailure, _read_samples
+from metarl.evaluation.cascade import CascadeSettings, Evaluator, SampleFailure
 from metarl.evaluation.sandbox import WorkerProcess, WorkerResult
 from metarl.evaluation.settings import SandboxLimits
 from metarl.evaluation.stages import sample_candidate
 from metarl.evaluation.static_check import check_task_source
+from metarl.evaluation.tracer_results import read_samples
 from metarl.rl.components import ppo_clip_drift
 from metarl.rl.lpo import drift_grid, init_params, lpo_drift, sample_drift
 from metarl.tasks import get_task
@@ -108,7 +109,7 @@ def test_an_endless_loop_is_stopped_by_the_tracer_time_limit(metarl_cache):
 def test_the_parent_checks_everything_a_tracer_returns(payload, kind, expected):
     run = WorkerResult(status="ok", result={"event": "result", "kind": kind, "payload": payload})
     with pytest.raises(SampleFailure) as failure:
-        _read_samples(run, 4)
+        read_samples(run, 4)
     assert failure.value.stage == "sample"
     assert expected in failure.value.reason and "\n" not in failure.value.reason
 

@@ -3,6 +3,8 @@ through the real sandboxed cascade, and exact resume from the archive."""
 
 from __future__ import annotations
 
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -23,6 +25,8 @@ from metarl.rl.suites import get_suite
 from metarl.rl.training import seed_keys
 from metarl.tasks import get_task
 
+# the ES's seed in the tests whose outcome depends on it (`METARL_TEST_SEED=7 pytest ...`)
+SEED = int(os.environ.get("METARL_TEST_SEED", "0"))
 # 16 updates of 4 envs x 128 steps on CartPole: seconds per program, enough to rank members
 TIMESTEPS = 8192
 CONFIG = ESConfig(
@@ -95,34 +99,44 @@ def test_es_options_that_no_run_can_use_are_refused():
         ESConfig(task="reward").resolved()
 
 
-def test_a_short_es_run_improves_a_deliberately_bad_mean():
-    # drift = 0.9 * (r - 1) * A where positive: it cancels 90% of the policy gradient, so the
-    # agent learns ~10x slower. The ES must find that shrinking the network helps.
+def test_a_short_es_run_removes_most_of_the_harmful_drift_of_a_deliberately_bad_mean():
+    # drift = 0.3 * (r - 1) * A where positive: once a sample's ratio has moved in the direction
+    # of its advantage, it cancels 30% of that sample's policy gradient. Measured (CPU-2, 16
+    # held-out keys, 20k steps): the normalised return is 0.152 at gain 0 (PPO-clip), 0.102 at
+    # 0.2, 0.050 at 0.4 and 0.045 (a random policy) from 0.5 up, so at 0.3 the fitness has a
+    # slope the ES can follow. (A gain of 0.9 sits on the flat part: there the ES walked at
+    # random, and its gain ended anywhere in -0.6..1.6 over seeds 1-10.)
     config = ESConfig(
         suite="smoke", population=8, hidden=8, member_seeds=1, timesteps=20_000, lr=0.05
     )
     config = ESConfig(**{**config.to_dict(), "sigma": 0.05, "sigma_floor": 0.02})
     hidden = np.zeros((8, 8), np.float32)
     hidden[4] = 0.1  # the (r - 1) * A feature, in tanh's linear range
-    bad = lpo.from_weights(hidden, np.full(8, 1.125, np.float32))
+    bad = lpo.from_weights(hidden, np.full(8, 0.375, np.float32))
     fitness_of = es.make_population_fitness(config, {"CartPole-v1": es.Normaliser(500.0, 0.0)})
     strategy = es.make_strategy(config)
     state = strategy.init(jax.random.PRNGKey(0), bad, strategy.default_params)
-    held_keys = jax.random.split(jax.random.PRNGKey(99), 8)
 
-    def mean_fitness(state) -> float:
-        pair = jax.tree.map(lambda w: jnp.stack([w, w]), strategy.get_mean(state))
-        return float(fitness_of(held_keys, pair)[0][0])
+    def harmful_gain(params) -> float:
+        """The network's first-order coefficient on (r - 1) * A (log r * A is the same to first
+        order): its output is ~ gain * (r - 1) * A near r = 1."""
+        hidden, out = lpo.weights(params)
+        return float(out @ (hidden[4] + hidden[6]))
 
-    before = mean_fitness(state)
-    rng = jax.random.PRNGKey(1)
+    assert harmful_gain(strategy.get_mean(state)) == pytest.approx(0.3)
+    rng = jax.random.PRNGKey(SEED)
     for _ in range(8):
-        state, rng, _ = es.es_generation(
+        state, rng, fitness = es.es_generation(
             strategy, fitness_of, state, rng, 1, strategy.default_params
         )
-    after = mean_fitness(state)
-    # measured: 0.045 -> 0.062 after 6 generations (PPO-clip itself: 0.157)
-    assert after > before + 0.01, (before, after)
+        assert np.all(np.isfinite(fitness)) and np.all(fitness > 0)
+    # Which member ranks first is RL noise (it changes with the seed and the CPU model); the
+    # way the mean goes follows the fitness's slope, the same for every seed measured (CPU-2,
+    # 8 generations, ES seeds 0-20): the gain ends at -0.32..-0.03 for all 21 (it overshoots 0
+    # on Adam's momentum), and was at most -0.005 after 6 generations. The mean's held-out
+    # return is another matter: over ES seeds 1-8 it rose for 7 (0.065 -> 0.086..0.145) and
+    # fell for one (0.053), as the other weights wander, so it is not asserted.
+    assert harmful_gain(strategy.get_mean(state)) < 0.15
 
 
 @pytest.fixture(scope="module")

@@ -37,7 +37,7 @@ def layer_of(module: str) -> int:
     if folder in METHODS:
         return LAYERS.index("methods")
     if folder not in LAYERS:
-        return -1 if folder in ("settings", "platform", "logs") else len(LAYERS)
+        return -1 if folder in ("settings", "platform", "logs", "errors") else len(LAYERS)
     return LAYERS.index(folder)
 
 

@@ -3,10 +3,15 @@ the sandbox worker). Fast: small jitted calls only."""
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
 import pytest
 
+from metarl.blackbox.export import lpo_source
+from metarl.rl.lpo import init_params
 from metarl.tasks import get_task, task_names
 from metarl.tasks.candidate import load_function
+from metarl.tasks.drift.probes import gradient_disagreements, probe_inputs
 from metarl.tasks.probing import (
     describe_exception,
     fingerprint,
@@ -137,12 +142,12 @@ def test_drift_probe_failures(body, reason):
         # jnp.maximum splits the gradient at a tie: slope 0.5 * |A| at ratio = 1
         (
             "    return jnp.maximum(ratio - 1.0, 0.0) * jnp.abs(advantage)\n",
-            "d drift / d ratio is 6 (not 0) at ratio=1, advantage=-12",
+            "d drift / d ratio is 16 (not 0) at ratio=1, advantage=-32",
         ),
         # only for |A| beyond the probe batch's: the training range is checked too
         (
             "    return jnp.square(ratio - 1.0) + 1e-3 * jax.nn.relu(jnp.abs(advantage) - 8.0)\n",
-            "(not 0) at ratio=1, advantage=-12",
+            "(not 0) at ratio=1, advantage=-32",
         ),
     ],
 )
@@ -156,6 +161,39 @@ def test_a_squared_penalty_is_zero_and_flat_at_ratio_one():
     report = probe("drift", drift("    return 0.5 * jnp.square(ratio - 1.0)\n"))
     assert report.ok, report.reason
     assert report.warnings == []
+
+
+SYMBOLIC_STYLE = drift(
+    "    def fitted(log_r, r1, a):\n"
+    "        return jnp.abs(a) * jnp.square(r1) + 0.3 * jnp.tanh(log_r * a) + jnp.exp(-r1 * r1)\n"
+    "    zero = 0.0 * ratio\n"
+    "    value = fitted(jnp.log(ratio), ratio - 1.0, advantage) - fitted(zero, zero, advantage)\n"
+    "    return jax.nn.relu(value - 1e-6)\n"
+)
+
+
+def honest_drifts() -> dict[str, str]:
+    task = get_task("drift")
+    network = jax.tree.map(lambda x: 3.0 * x, init_params(jax.random.PRNGKey(0)))
+    return {
+        "ppo_clip": task.seed_program("ppo_clip").source,
+        "lpo": task.seed_program("lpo").source,
+        "lpo network": lpo_source(network),
+        "symbolic style": SYMBOLIC_STYLE,
+    }
+
+
+@pytest.mark.parametrize("name", ["ppo_clip", "lpo", "lpo network", "symbolic style"])
+def test_honest_gradients_are_the_slopes_of_their_values_for_50_probe_seeds(name):
+    """The tolerance of check 7 holds for honest drifts whatever the probe seed (none allowed
+    to disagree; kinks such as PPO-clip's at 1 +- eps included)."""
+    function = load("drift", honest_drifts()[name])
+    values = jax.jit(lambda r, a: function(r, a, 0.2))
+    grad = jax.jit(jax.grad(lambda r, a: jnp.sum(function(r, a, 0.2))))
+    for rng_seed in range(50):
+        ratio, advantage = probe_inputs(rng_seed)
+        bad = gradient_disagreements(values, grad, ratio, advantage)
+        assert not bad[ratio[bad] != 1.0].size, (rng_seed, ratio[bad], advantage[bad])
 
 
 FORGED_GRADIENTS = {

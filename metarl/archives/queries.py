@@ -8,7 +8,7 @@ import json
 from collections import Counter
 from dataclasses import dataclass, field
 
-from metarl.archives.store import Archive, ArchiveError, _decode
+from metarl.archives.store import Archive, ArchiveError
 
 
 @dataclass
@@ -383,5 +383,4 @@ __all__ = [
     "export_run",
     "export_json",
     "export_csv",
-    "_decode",
 ]

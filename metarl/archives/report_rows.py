@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 
-from metarl.archives.store import Archive, _decode
+from metarl.archives.columns import decode_row
+from metarl.archives.store import Archive
 
 # what the fitness plot, the funnel, the leaderboards and the comparison need of every candidate
 POINT_COLUMNS = (
@@ -86,7 +87,7 @@ def full_evaluations(archive: Archive, candidate_ids: list[str]) -> dict[str, li
         "AND stage = 'full' ORDER BY id",
         candidate_ids,
     ):
-        out[row["candidate_id"]].append(_decode("evaluations", row))
+        out[row["candidate_id"]].append(decode_row("evaluations", row))
     return out
 
 
@@ -101,7 +102,7 @@ def program_rows(archive: Archive, candidate_ids: list[str]) -> dict[str, dict]:
         f"confirmed_fitness, is_seed FROM candidates WHERE id IN ({marks})",
         candidate_ids,
     )
-    return {row["id"]: _decode("candidates", row) for row in rows}
+    return {row["id"]: decode_row("candidates", row) for row in rows}
 
 
 def evaluated_program(archive: Archive, source_hash: str, eval_key: str) -> str | None:

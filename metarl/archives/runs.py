@@ -42,7 +42,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from metarl.archives.store import Archive, ArchiveError, now, pid_alive
+from metarl.archives.columns import now
+from metarl.archives.store import Archive, ArchiveError, pid_alive
 from metarl.logs import log_to_file, run_log_path
 
 logger = logging.getLogger(__name__)
@@ -380,13 +381,16 @@ def open_run(
         row = archive.get_run(resume)
         method = row.get("method") or "discovery"
         if method != spec.method:
-            raise ArchiveError(f"run {resume} is a run of method {method}, not {spec.method}")
+            raise ArchiveError(
+                f"run {resume} is a run of method {method}, not {spec.method}",
+                hint=f"resume it with the --resume option of the command that runs {method}",
+            )
         at = clock() if clock is not None else None
         why = live_reason(archive, row, stale_after_s=stale_after_s, at=at)
         if why is not None:
             raise LiveRun(
-                f"run {resume} is still running ({why}); stop it first, or resume it once its "
-                f"heartbeat is {stale_after_s:.0f} s old"
+                f"run {resume} is still running ({why})",
+                hint=f"stop it first, or resume it once its heartbeat is {stale_after_s:.0f} s old",
             )
         if check is not None:
             check(row)

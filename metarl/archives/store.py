@@ -9,47 +9,43 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import socket
 import sqlite3
 import threading
 from contextlib import contextmanager
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 from sqlite_utils import Database
 
+from metarl.archives.columns import (
+    decode_outcome,
+    decode_row,
+    encode_row,
+    evaluation_rows,
+    interval_columns,
+    now,
+    outcome_columns,
+    sum_known,
+)
 from metarl.archives.schema import MIGRATIONS, SCHEMA_VERSION
-from metarl.evaluation.outcome import EVALUATOR_FAULT, Outcome, evaluator_fault
-from metarl.evaluation.text import redact_config
+from metarl.errors import MetarlError
+from metarl.evaluation.outcome import EVALUATOR_FAULT, Outcome
 
 logger = logging.getLogger(__name__)
+# columns.py's helpers that callers import from here, with the store
+__all__ = [
+    "Archive",
+    "ArchiveError",
+    "CONFIRMATION_COLUMNS",
+    "decode_outcome",
+    "now",
+    "outcome_columns",
+    "pid_alive",
+]
 
-MAX_CURVE_POINTS = 64
 OUR_TABLES = {"runs", "candidates", "evaluations", "parents", "calls", "messages"}
-JSON_COLUMNS = {
-    "runs": {"config", "versions", "state"},
-    "candidates": {
-        "parent_ids",
-        "call_ids",
-        "confirmed_seeds",
-        "seeds",
-        "versions",
-        "timings",
-        "warnings",
-        "outcome",
-        "meta",
-    },
-    "evaluations": {"seeds", "returns", "curve_steps", "curve", "curve_std", "published"},
-    "calls": {"prompt"},
-}
-# columns that may quote a URL a user gave (a run's options, an error text): stored without its
-# credentials, whoever writes them (the real value serves the request only)
-REDACTED_COLUMNS = {"runs": {"config", "error", "stop_reason"}, "calls": {"error"}}
-
-
 # what re-evaluating a candidate on more seeds adds to its row; copied along with a cached one
 CONFIRMATION_COLUMNS = (
     "confirmed_fitness",
@@ -62,57 +58,8 @@ CONFIRMATION_COLUMNS = (
 )
 
 
-class ArchiveError(Exception):
+class ArchiveError(MetarlError):
     """A problem the user can fix (missing file, unknown run or candidate); one clear line."""
-
-
-def now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def _finite(value):
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
-
-
-def dumps(value) -> str | None:
-    if value is None:
-        return None
-    return json.dumps(_finite(value), sort_keys=True)
-
-
-def downsample(
-    steps: list, values: list, *more: list, limit: int = MAX_CURVE_POINTS
-) -> tuple[list, ...]:
-    """At most `limit` evenly spaced points of a curve (first and last kept): its steps, its
-    values and any other series measured at the same points (an empty series stays empty)."""
-    n = len(values)
-    if n <= limit:
-        return (list(steps), list(values), *(list(m) for m in more))
-    index = sorted({round(i * (n - 1) / (limit - 1)) for i in range(limit)})
-    return (
-        [steps[i] for i in index if i < len(steps)],
-        [values[i] for i in index],
-        *([m[i] for i in index if i < len(m)] for m in more),
-    )
-
-
-def _decode(table: str, row: dict | None) -> dict | None:
-    if row is None:
-        return None
-    row = dict(row)
-    for column in JSON_COLUMNS.get(table, ()):
-        if isinstance(row.get(column), str):
-            try:
-                row[column] = json.loads(row[column])
-            except ValueError:
-                pass
-    return row
 
 
 def pid_alive(pid: int | None) -> bool:
@@ -136,7 +83,8 @@ class Archive:
             raise ArchiveError(f"{self.path} is a directory, not an archive file")
         if must_exist and not self.path.exists():
             raise ArchiveError(
-                f"no archive at {self.path}: run `metarl discover` first, or pass --archive PATH"
+                f"no archive at {self.path}",
+                hint="run `metarl discover` first, or pass --archive PATH",
             )
         if not self.path.parent.exists():
             raise ArchiveError(
@@ -161,10 +109,12 @@ class Archive:
     # -- plumbing ---------------------------------------------------------------------------
 
     def close(self) -> None:
+        """Close the connection; a failure is logged, never raised (the file stays consistent:
+        every write was its own committed transaction)."""
         try:
             self.conn.close()
-        except Exception:
-            pass
+        except sqlite3.Error:
+            logger.warning("closing the archive %s failed", self.path, exc_info=True)
 
     def __enter__(self) -> "Archive":
         return self
@@ -198,7 +148,8 @@ class Archive:
         if version > SCHEMA_VERSION:
             raise ArchiveError(
                 f"{self.path} was written by a newer metarl (schema {version}; this one reads "
-                f"up to {SCHEMA_VERSION}): upgrade metarl"
+                f"up to {SCHEMA_VERSION})",
+                hint="upgrade metarl",
             )
         if version == SCHEMA_VERSION:
             return
@@ -239,13 +190,13 @@ class Archive:
                 "generation": 0,
             }
             record.update(fields)
-            self.db["runs"].insert(self._encode("runs", record))
+            self.db["runs"].insert(encode_row("runs", record))
         return run_id
 
     def update_run(self, run_id: str, **fields) -> None:
         fields.setdefault("updated_at", now())
         with self.transaction():
-            self.db["runs"].update(run_id, self._encode("runs", fields))
+            self.db["runs"].update(run_id, encode_row("runs", fields))
 
     def finish_run(self, run_id: str, status: str, reason: str, **fields) -> bool:
         """Record how a run's session ended (status, stop reason, end time and `fields`), best
@@ -263,17 +214,19 @@ class Archive:
         if not rows:
             known = [r["id"] for r in self.query("SELECT id FROM runs ORDER BY seq")]
             hint = (
-                f"; runs in this archive: {', '.join(known[-10:])}" if known else "; it has no runs"
+                f"runs in this archive: {', '.join(known[-10:])} (all: `metarl runs`)"
+                if known
+                else "it has no runs: start one with `metarl discover`"
             )
-            raise ArchiveError(f"no run {run_id!r} in {self.path}{hint}")
-        return _decode("runs", rows[0])
+            raise ArchiveError(f"no run {run_id!r} in {self.path}", hint=hint)
+        return decode_row("runs", rows[0])
 
     def latest_run(self) -> dict | None:
         rows = self.query("SELECT * FROM runs ORDER BY seq DESC LIMIT 1")
-        return _decode("runs", rows[0]) if rows else None
+        return decode_row("runs", rows[0]) if rows else None
 
     def runs(self) -> list[dict]:
-        rows = [_decode("runs", r) for r in self.query("SELECT * FROM runs ORDER BY seq")]
+        rows = [decode_row("runs", r) for r in self.query("SELECT * FROM runs ORDER BY seq")]
         host = socket.gethostname()
         for row in rows:
             shown = row["status"]
@@ -283,22 +236,6 @@ class Archive:
         return rows
 
     # -- candidates -------------------------------------------------------------------------
-
-    def _encode(self, table: str, record: dict) -> dict:
-        out = {}
-        for key, value in record.items():
-            if key in REDACTED_COLUMNS.get(table, ()) and value is not None:
-                value = redact_config(value)
-            if (
-                key in JSON_COLUMNS.get(table, ())
-                and value is not None
-                and not isinstance(value, str)
-            ):
-                value = dumps(value)
-            elif isinstance(value, float) and not math.isfinite(value):
-                value = None
-            out[key] = value
-        return out
 
     def record_candidate(
         self,
@@ -317,7 +254,7 @@ class Archive:
         with self.transaction() as db:
             call_ids = []
             for call in calls:
-                record = self._encode(
+                record = encode_row(
                     "calls",
                     {
                         "run_id": row.get("run_id"),
@@ -330,15 +267,15 @@ class Archive:
             if call_ids:
                 row["call_ids"] = call_ids
                 row["prompt_id"] = row["reply_id"] = call_ids[-1]
-                row["prompt_tokens"] = _sum(c.get("prompt_tokens") for c in calls)
-                row["completion_tokens"] = _sum(c.get("completion_tokens") for c in calls)
-                row["cost_usd"] = _sum(c.get("cost_usd") for c in calls)
-                row["latency_s"] = _sum(c.get("latency_s") for c in calls)
+                row["prompt_tokens"] = sum_known(c.get("prompt_tokens") for c in calls)
+                row["completion_tokens"] = sum_known(c.get("completion_tokens") for c in calls)
+                row["cost_usd"] = sum_known(c.get("cost_usd") for c in calls)
+                row["latency_s"] = sum_known(c.get("latency_s") for c in calls)
             if outcome is not None:
                 row.update(outcome_columns(outcome))
                 for record in evaluation_rows(outcome, row["id"], row.get("run_id"), "selection"):
-                    db["evaluations"].insert(self._encode("evaluations", record))
-            db["candidates"].insert(self._encode("candidates", row))
+                    db["evaluations"].insert(encode_row("evaluations", record))
+            db["candidates"].insert(encode_row("candidates", row))
             for position, parent in enumerate(row.get("parent_ids") or []):
                 db["parents"].insert(
                     {
@@ -385,10 +322,10 @@ class Archive:
         seeds = sorted({s for e in outcome.env_scores for s in e.seeds})
         with self.transaction() as db:
             for record in evaluation_rows(outcome, candidate_id, run_id, "confirm"):
-                db["evaluations"].insert(self._encode("evaluations", record))
+                db["evaluations"].insert(encode_row("evaluations", record))
             db["candidates"].update(
                 candidate_id,
-                self._encode(
+                encode_row(
                     "candidates",
                     {
                         "confirmed_fitness": outcome.fitness if outcome.passed else None,
@@ -477,8 +414,11 @@ class Archive:
     def candidate(self, candidate_id: str) -> dict:
         rows = self.query("SELECT * FROM candidates WHERE id = ?", (candidate_id,))
         if not rows:
-            raise ArchiveError(f"no candidate {candidate_id!r} in {self.path}")
-        return _decode("candidates", rows[0])
+            raise ArchiveError(
+                f"no candidate {candidate_id!r} in {self.path}",
+                hint="ids look like r1-7; see `metarl leaderboard`",
+            )
+        return decode_row("candidates", rows[0])
 
     def has_candidate(self, candidate_id: str) -> bool:
         return bool(self.query("SELECT 1 FROM candidates WHERE id = ?", (candidate_id,)))
@@ -496,14 +436,17 @@ class Archive:
             if len(rows) == 1:
                 return rows[0]["id"]
             if len(rows) > 1:
-                raise ArchiveError(f"{ref!r} matches several candidates; give a candidate id")
+                raise ArchiveError(
+                    f"{ref!r} matches several candidates", hint="give a candidate id (e.g. r1-7)"
+                )
         raise ArchiveError(
-            f"no candidate {ref!r} in {self.path} (ids look like r1-7; see `metarl leaderboard`)"
+            f"no candidate {ref!r} in {self.path}",
+            hint="ids look like r1-7, or give a hash prefix; see `metarl leaderboard`",
         )
 
     def run_candidates(self, run_id: str) -> list[dict]:
         return [
-            _decode("candidates", r)
+            decode_row("candidates", r)
             for r in self.query("SELECT * FROM candidates WHERE run_id = ? ORDER BY seq", (run_id,))
         ]
 
@@ -516,11 +459,11 @@ class Archive:
             "AND coalesce(reason, '') NOT LIKE ? ORDER BY created_at LIMIT 1",
             (source_hash, eval_key, EVALUATOR_FAULT + "%"),  # an older archive's faults
         )
-        return _decode("candidates", rows[0]) if rows else None
+        return decode_row("candidates", rows[0]) if rows else None
 
     def evaluations(self, candidate_id: str) -> list[dict]:
         return [
-            _decode("evaluations", r)
+            decode_row("evaluations", r)
             for r in self.query(
                 "SELECT * FROM evaluations WHERE candidate_id = ? ORDER BY id", (candidate_id,)
             )
@@ -528,7 +471,7 @@ class Archive:
 
     def calls(self, candidate_id: str) -> list[dict]:
         return [
-            _decode("calls", r)
+            decode_row("calls", r)
             for r in self.query(
                 "SELECT * FROM calls WHERE candidate_id = ? ORDER BY id", (candidate_id,)
             )
@@ -554,112 +497,3 @@ class Archive:
                 (candidate_id,),
             )
         ]
-
-
-def _sum(values) -> float | None:
-    """Sum of the known values; None when none is known (unknown cost is not zero)."""
-    known = [v for v in values if v is not None]
-    return sum(known) if known else None
-
-
-def interval_columns(outcome: Outcome, prefix: str = "") -> dict:
-    """The fitness and held-out intervals as `{prefix}fitness_low` ... columns (None when the
-    outcome did not pass or has no interval)."""
-    columns = {}
-    for score, interval in (("fitness", outcome.fitness_ci), ("heldout", outcome.heldout_ci)):
-        low, high = interval if outcome.passed and interval else (None, None)
-        columns[f"{prefix}{score}_low"] = low
-        columns[f"{prefix}{score}_high"] = high
-    return columns
-
-
-def outcome_columns(outcome: Outcome) -> dict:
-    data = outcome.to_dict()
-    for env in data.get("env_scores", []):
-        env["curve_steps"], env["curve"], env["curve_std"] = downsample(
-            env.get("curve_steps") or [], env.get("curve") or [], env.get("curve_std") or []
-        )
-    if outcome.passed:
-        status = "passed"
-    elif evaluator_fault(outcome):  # says nothing about the candidate: never reused as a verdict
-        status = "fault"
-    elif outcome.duplicate_of:
-        status = "duplicate"
-    elif outcome.stage == "propose":
-        status = "no_code"
-    else:
-        status = "failed"
-    timings = outcome.timings or {}
-    eval_s = sum(v for v in timings.values() if isinstance(v, (int, float))) if timings else None
-    if "total" in timings:
-        eval_s = timings["total"]
-    # the training seed values it was scored on, once it trained (pinned ones are in the row)
-    seeds = {"seeds": outcome.env_scores[0].seeds} if outcome.env_scores else {}
-    return {
-        **seeds,
-        "status": status,
-        "stage": outcome.stage,
-        "reason": outcome.reason,
-        "fitness": outcome.fitness if outcome.passed else None,
-        "heldout": outcome.heldout if outcome.passed else None,
-        **interval_columns(outcome),
-        "fingerprint": outcome.fingerprint,
-        "duplicate_of": outcome.duplicate_of,
-        "timings": timings,
-        "eval_s": eval_s,
-        "warnings": outcome.warnings,
-        "outcome": data,
-    }
-
-
-def evaluation_rows(
-    outcome: Outcome, candidate_id: str, run_id: str | None, purpose: str
-) -> list[dict]:
-    rows = []
-    stamp = now()
-    for env in outcome.env_scores:
-        steps, curve, spread = downsample(env.curve_steps, env.curve, env.curve_std)
-        rows.append(
-            {
-                "candidate_id": candidate_id,
-                "run_id": run_id,
-                "purpose": purpose,
-                "env": env.env,
-                "stage": env.stage,
-                "heldout": int(bool(env.heldout)),
-                "seeds": env.seeds,
-                "total_timesteps": env.total_timesteps,
-                "returns": env.returns,
-                "mean": env.mean,
-                "std": env.std,
-                "normalised": env.normalised,
-                "normalised_low": env.normalised_ci[0] if env.normalised_ci else None,
-                "normalised_high": env.normalised_ci[1] if env.normalised_ci else None,
-                "published": env.published or None,
-                "baseline_mean": env.baseline_mean,
-                "random_mean": env.random_mean,
-                "curve_steps": steps,
-                "curve": curve,
-                "curve_std": spread or None,
-                "compile_s": env.compile_s,
-                "run_s": env.run_s,
-                "steps_per_s": env.steps_per_s,
-                "created_at": stamp,
-            }
-        )
-    return rows
-
-
-def decode_outcome(row: dict) -> Outcome | None:
-    data = row.get("outcome")
-    if isinstance(data, str):
-        data = json.loads(data)
-    if not data:
-        return None
-    return Outcome.from_dict(data)
-
-
-def json_default(value: Any):
-    if isinstance(value, sqlite3.Row):
-        return dict(value)
-    raise TypeError(type(value).__name__)

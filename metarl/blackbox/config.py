@@ -19,13 +19,16 @@ import json
 from dataclasses import dataclass
 
 from metarl.blackbox.families import FAMILIES
+from metarl.errors import USAGE, MetarlError
 from metarl.evaluation.seeds import SeedError, parse_seed_values
 from metarl.evaluation.settings import CascadeSettings, SandboxLimits
 from metarl.rl.suites import UnknownSuite, get_suite
 
 
-class ESConfigError(ValueError):
+class ESConfigError(MetarlError, ValueError):
     """A bad option; the message is one line for the user."""
+
+    exit_code = USAGE
 
 
 # options a resume may change

@@ -42,6 +42,7 @@ from metarl.archives.store import Archive
 from metarl.blackbox.config import ESConfig
 from metarl.blackbox.export import ExportError
 from metarl.blackbox.families import FAMILIES
+from metarl.errors import MetarlError
 from metarl.evaluation.cascade import Evaluator
 from metarl.evaluation.outcome import Outcome
 from metarl.evaluation.settings import Reference, plan_runs
@@ -57,7 +58,7 @@ Event = Callable[[str, dict], None]
 FAILED_FITNESS = -1e6
 
 
-class ESError(Exception):
+class ESError(MetarlError):
     """A run that cannot start or go on (one line for the user)."""
 
 

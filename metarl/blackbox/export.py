@@ -16,11 +16,12 @@ import ast
 
 import numpy as np
 
+from metarl.errors import MetarlError
 from metarl.evaluation.static_check import MAX_AST_NODES, MAX_SOURCE_BYTES
 from metarl.rl.lpo import DEAD_ZONE, NUM_FEATURES, MetaParams, from_weights, weights
 
 
-class ExportError(ValueError):
+class ExportError(MetarlError, ValueError):
     """The network cannot be written as candidate source (one line for the user)."""
 
 

@@ -35,13 +35,13 @@ def _open(path: str):
 
 
 def _check_names(task: str | None, suite: str | None) -> None:
-    """UnknownTask / UnknownSuite for a filter that names no task or suite."""
+    """A usage error for a filter that names no task (UserError) or no suite (UnknownSuite)."""
     # lazy: metarl.tasks imports jax; `metarl --help` stays fast
     from metarl.rl.suites import get_suite
-    from metarl.tasks import get_task
+    from metarl.tasks import task_names
 
-    if task:
-        get_task(task)
+    if task and task not in task_names():
+        raise UserError(f"unknown task {task!r}; choose one of: {', '.join(task_names())}")
     if suite:
         get_suite(suite)
 

@@ -13,7 +13,7 @@ import typer
 from typer.core import TyperCommand
 
 from metarl.cli.console import console, say
-from metarl.cli.errors import FAILURE, UserError
+from metarl.cli.errors import UserError
 from metarl.cli.formats import fmt_duration
 from metarl.cli.options import (
     RUN_LEADERBOARD_ROWS,
@@ -26,6 +26,7 @@ from metarl.cli.options import (
     verbose_option,
 )
 from metarl.cli.progress import Display, print_interrupted, print_run_report
+from metarl.errors import MetarlError
 from metarl.evaluation.text import has_redactions, redact_config
 from metarl.logs import log_to_stderr
 
@@ -359,16 +360,18 @@ def _check_credentials(run_id: str, values: dict) -> None:
 
 
 def _build_proposer(config):
-    """The run's proposer, from the registry of proposer kinds; a bad option is a UserError."""
+    """The run's proposer, from the registry of proposer kinds; a bad option is a usage error
+    (LLMConfigError, or a UserError for a ValueError of the proposer's own), a kind that cannot
+    be built here (ProposerUnavailable) a failure."""
     # lazy: building a proposer imports jax or litellm; `metarl --help` and the archive commands
     # stay fast
-    from metarl.discovery.proposers import ProposerUnavailable, make_proposer
+    from metarl.discovery.proposers import make_proposer
 
     try:
         return make_proposer(config.proposer, config)
-    except ProposerUnavailable as error:
-        raise UserError(str(error), FAILURE) from None
-    except ValueError as error:  # LLMConfigError: a bad --model, --mode, ... value
+    except MetarlError:
+        raise
+    except ValueError as error:  # a proposer option its builder refuses
         raise UserError(str(error)) from None
 
 

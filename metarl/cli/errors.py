@@ -11,9 +11,14 @@ and an exit status, never a traceback:
 
 (`metarl evaluate` exits 2 when the sandbox cannot run, as its help documents.)
 
-Commands raise `UserError` for the errors they detect themselves; `Group`, the application's
-command group, prints it, click's own usage errors and the user-error exceptions of the layers
-below (`ConfigError`, `ArchiveError`, ...) as that one line and exits with their status.
+Every error a user can cause derives from `metarl.errors.MetarlError`, whichever layer
+raises it (`ConfigError`, `ArchiveError`, ... and `UserError`, raised by the commands for what
+they detect themselves); it carries its exit status and an optional hint. `Group`, the
+application's command group, maps that one class, and click's own usage errors, to the one line
+
+    metarl <command>: error: <message>; hint: <hint>
+
+and exits with its status: a new error class needs nothing here.
 """
 
 from __future__ import annotations
@@ -26,24 +31,34 @@ from typing import Any, Iterator
 import typer
 from typer.core import TyperGroup
 
+from metarl.errors import FAILURE, USAGE, MetarlError, describe
 from metarl.evaluation.text import printable
 
+__all__ = ["FAILURE", "USAGE", "Group", "UserError", "error_line"]  # FAILURE, USAGE: for commands
+
 PROG = "metarl"
-USAGE = 2
-FAILURE = 1
 
 # typer.BadParameter is click's BadParameter (or that of the click typer vendors): its base
 # UsageError covers every parse error (missing option, bad value, no such command).
 UsageError = next(base for base in typer.BadParameter.__mro__ if base.__name__ == "UsageError")
 
 
-class UserError(Exception):
-    """An error the user can fix; `Group` prints it as one line and exits with `code`."""
+class UserError(MetarlError):
+    """An error a command detects itself; `Group` prints it as one line and exits with `code`."""
 
-    def __init__(self, message: str, code: int = USAGE):
-        super().__init__(message)
-        self.message = message
-        self.code = code
+    def __init__(self, message: str, code: int = USAGE, hint: str | None = None):
+        """Args:
+        message: what went wrong, one line.
+        code: the exit status (USAGE or FAILURE).
+        hint: what the user can do about it.
+        """
+        super().__init__(message, hint=hint)
+        self.exit_code = code
+
+    @property
+    def code(self) -> int:
+        """The exit status (the same as `exit_code`)."""
+        return self.exit_code
 
 
 def error_line(message: object, command: str | None = None) -> str:
@@ -52,38 +67,6 @@ def error_line(message: object, command: str | None = None) -> str:
     prefix = f"{PROG} {command}" if command else PROG
     text = re.sub(r"\s*\n\s*", " ", str(message).strip())
     return f"{prefix}: error: {printable(text)}"
-
-
-def _layer_error_codes() -> list[tuple[type[Exception], int]]:
-    """The user-error exceptions of the layers below the CLI and the status each exits with."""
-    # lazy: metarl.tasks and metarl.discovery import jax; only a failing command needs these
-    from metarl.archives.store import ArchiveError
-    from metarl.blackbox.config import ESConfigError
-    from metarl.blackbox.es import ESError
-    from metarl.discovery.config import ConfigError
-    from metarl.discovery.loop import LoopError
-    from metarl.evaluation.executors import ExecutorError
-    from metarl.evaluation.sandbox import SandboxUnavailable
-    from metarl.grpo.settings import GRPOSettingsError, ModelLoadError, TrainError
-    from metarl.report.settings import ReportError
-    from metarl.rl.suites import UnknownSuite
-    from metarl.tasks import UnknownTask
-
-    return [
-        (ConfigError, USAGE),
-        (ESConfigError, USAGE),
-        (ESError, FAILURE),
-        (UnknownSuite, USAGE),
-        (UnknownTask, USAGE),
-        (ArchiveError, FAILURE),
-        (LoopError, FAILURE),
-        (SandboxUnavailable, FAILURE),
-        (ExecutorError, FAILURE),
-        (GRPOSettingsError, USAGE),
-        (ModelLoadError, FAILURE),
-        (TrainError, FAILURE),
-        (ReportError, FAILURE),
-    ]
 
 
 def _exit_with(message: object, command: str | None, code: int) -> typer.Exit:
@@ -99,9 +82,9 @@ def _one_line_errors(ctx=None) -> Iterator[None]:
         yield
     except (typer.Exit, typer.Abort):
         raise
-    except UserError as error:
+    except MetarlError as error:
         command = getattr(ctx, "invoked_subcommand", None)
-        raise _exit_with(error.message, command, error.code) from None
+        raise _exit_with(describe(error), command, error.exit_code) from None
     except UsageError as error:
         if type(error).__name__ == "NoArgsIsHelpError":  # `metarl` alone prints its help
             raise
@@ -114,12 +97,6 @@ def _one_line_errors(ctx=None) -> Iterator[None]:
     except BrokenPipeError:
         sys.stderr.close()  # the reader went away (`| head`): no complaint at exit
         raise typer.Exit(0) from None
-    except Exception as error:
-        command = getattr(ctx, "invoked_subcommand", None)
-        for kind, code in _layer_error_codes():
-            if isinstance(error, kind):
-                raise _exit_with(error, command, code) from None
-        raise
 
 
 class Group(TyperGroup):

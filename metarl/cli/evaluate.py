@@ -137,7 +137,7 @@ def evaluate(
     try:
         evaluator = Evaluator(settings, workers=1, prewarm=False)
     except SandboxUnavailable as error:
-        raise UserError(str(error), USAGE) from None
+        raise UserError(error.message, USAGE, hint=error.hint) from None  # see the help
     with evaluator:
         if as_json:
             outcomes = evaluator.evaluate_batch(sources, task)

@@ -274,17 +274,15 @@ def _settings(archive_path: str, resume: str | None, chosen: dict, budgets: dict
     options given; checked before any archive is created.
 
     Raises:
-        UserError: a bad option, or a training option that differs from the resumed run's.
+        UserError: a training option that differs from the resumed run's.
+        GRPOSettingsError: a bad option (a usage error, as the CLI reports it).
     """
     # lazy: the settings import jax through the suites; `metarl --help` stays fast
-    from metarl.grpo.settings import GRPOSettings, GRPOSettingsError
+    from metarl.grpo.settings import GRPOSettings
 
     fields = {f.name for f in dataclasses.fields(GRPOSettings)}
     values = run_options(archive_path, resume, chosen, budgets, fields)
-    try:
-        return GRPOSettings(**values).resolved()
-    except GRPOSettingsError as error:
-        raise UserError(str(error)) from None
+    return GRPOSettings(**values).resolved()
 
 
 def _rate(rate) -> str:

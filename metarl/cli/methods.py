@@ -145,17 +145,15 @@ def _es_config(archive_path: str, resume: str | None, chosen: dict, budgets: dic
     given; checked before any archive is created.
 
     Raises:
-        UserError: a bad option, or a search option that differs from the resumed run's.
+        UserError: a search option that differs from the resumed run's.
+        ESConfigError: a bad option (a usage error, as the CLI reports it).
     """
     # lazy: the ES config imports jax through the meta-networks
-    from metarl.blackbox.config import ESConfig, ESConfigError
+    from metarl.blackbox.config import ESConfig
 
     fields = {f.name for f in dataclasses.fields(ESConfig)}
     values = run_options(archive_path, resume, chosen, budgets, fields)
-    try:
-        return ESConfig(**values).resolved()
-    except ESConfigError as error:
-        raise UserError(str(error)) from None
+    return ESConfig(**values).resolved()
 
 
 class _ESProgress:

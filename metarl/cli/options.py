@@ -96,7 +96,7 @@ def parse_duration(text: str | None, option: str = "--max-time") -> float | None
 def sigterm_as_interrupt():
     """SIGTERM stops a run like Ctrl-C (cleanly, resumable); returns the previous handler."""
 
-    def handler(signum, frame):
+    def handler(_signum, _frame):
         raise KeyboardInterrupt
 
     try:

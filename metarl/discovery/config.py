@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from metarl.discovery.proposers import PROPOSERS
+from metarl.errors import USAGE, MetarlError
 from metarl.evaluation.executors import ExecutorSettings
 from metarl.evaluation.seeds import SeedError, parse_seed_values
 from metarl.evaluation.settings import CascadeSettings
@@ -41,8 +42,10 @@ from metarl.rl.suites import UnknownSuite, get_suite
 from metarl.tasks import UnknownTask, get_task
 
 
-class ConfigError(ValueError):
+class ConfigError(MetarlError, ValueError):
     """A bad option or config file; the message is one line for the user."""
+
+    exit_code = USAGE
 
 
 @dataclass

@@ -18,11 +18,12 @@ from metarl.archives.store import Archive, ArchiveError
 from metarl.discovery import selection
 from metarl.discovery.config import DiscoverConfig
 from metarl.discovery.state import RunState
+from metarl.errors import MetarlError
 
 logger = logging.getLogger(__name__)
 
 
-class LoopError(Exception):
+class LoopError(MetarlError):
     """A run that cannot go on (no seed passes, no resumable state...): one line."""
 
 
@@ -207,7 +208,9 @@ class RunBook:
 def _resumable(run: dict) -> None:
     """Raises LoopError when stored run `run` has no state this version can resume."""
     if RunState.restore(run.get("state")) is None:
-        raise LoopError(f"run {run['id']} has no resumable state")
+        raise LoopError(
+            f"run {run['id']} has no resumable state", hint="start a new run with `metarl discover`"
+        )
 
 
 def _budgets(config: DiscoverConfig) -> dict:

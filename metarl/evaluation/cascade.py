@@ -59,10 +59,11 @@ values and slopes on the distillation grid: stages.sample_candidate, under the s
 verifies the artifact (rl/artifact.py), probes it again on inputs the tracer never saw,
 fingerprints it and trains it (stages 3-4; limit scaled from the baseline's measured time for the
 same work, `train_timeout_factor` x, at least `train_timeout_floor_s`, at most `timeout_s`).
-Every message from either is validated here; the scores are recomputed here from the raw
-returns and this process's own baselines, so the verdict never depends on a number computed in a
-process that shared anything with the candidate. Candidate text (reasons, output) is cleaned
-(evaluation/text.py) before it reaches a terminal, the archive or a prompt.
+Every message from either is validated in this process (a tracer's in tracer_results.py); the
+scores are recomputed here from the raw returns and this process's own baselines, so the verdict
+never depends on a number computed in a process that shared anything with the candidate.
+Candidate text (reasons, output) is cleaned (evaluation/text.py) before it reaches a terminal,
+the archive or a prompt.
 """
 
 from __future__ import annotations
@@ -90,6 +91,7 @@ from metarl.evaluation.seeds import SeedSource, TrainingSeeds
 from metarl.evaluation.settings import CascadeSettings, PlannedRun, Reference, plan_runs, validate
 from metarl.evaluation.static_check import check_task_source
 from metarl.evaluation.text import clean
+from metarl.evaluation.tracer_results import SampleFailure, read_samples, read_trace
 from metarl.rl.lpo import DriftSamples, drift_grid
 from metarl.rl.training import EnvRun
 from metarl.tasks import get_task
@@ -99,20 +101,6 @@ logger = logging.getLogger(__name__)
 __all__ = ["Evaluator", "SampleFailure", "evaluate_source", "verify_outcome"]  # the public API
 
 MAX_SAMPLE_POINTS = 512  # 512^2 values and slopes: ~12 MB of JSON, under the channel's 16 MB
-
-
-class SampleFailure(Exception):
-    """A candidate could not be sampled on the distillation grid (`Evaluator.sample`).
-
-    Attributes:
-        stage: "static" (refused by the static check) or "sample" (in the sandboxed tracer).
-        reason: one line, cleaned of control characters and secrets.
-    """
-
-    def __init__(self, stage: str, reason: str):
-        self.stage = stage
-        self.reason = " ".join(clean(str(reason), 1000).split())
-        super().__init__(f"{stage}: {self.reason}")
 
 
 def _resolve_task(task):
@@ -424,7 +412,7 @@ class Evaluator:
         }
         candidate.timings["trace"] = traced.timings.get("sandbox", 0.0)
         candidate.output = traced.output
-        candidate.artifact, candidate.warnings, failure = _read_trace(traced)
+        candidate.artifact, candidate.warnings, failure = read_trace(traced)
         # the trainer probes the artifact on inputs the tracer never saw
         fixed = settings.probe_seed is not None
         candidate.train_probe_seed = (probe_seed + 1) % 2**31 if fixed else secrets.randbelow(2**31)
@@ -470,7 +458,7 @@ class Evaluator:
             run = self._executor.run(
                 "tracer", job, min(self.settings.trace_timeout_s, self.settings.timeout_s)
             )
-        value, slope = _read_samples(run, points * points)
+        value, slope = read_samples(run, points * points)
         grid = drift_grid(points)
         ratio = np.asarray(grid.ratio, np.float32)
         return DriftSamples(ratio, np.asarray(grid.advantage, np.float32), value, slope)
@@ -552,61 +540,6 @@ def _reference(runs: list[dict], random_return: float) -> Reference:
 
 def _curve(run: dict, name: str) -> list[float]:
     return [math.nan if x is None else float(x) for x in run.get(name) or []]
-
-
-def _read_trace(run: WorkerResult) -> tuple[object, list[str], str | None]:
-    """(artifact, warnings, failure reason) from the tracer; every field checked."""
-    if run.status != "ok":
-        return None, [], run.reason or f"the tracer stopped ({run.status})"
-    payload = run.result.get("payload")
-    if run.result.get("kind") != "trace" or not isinstance(payload, dict):
-        if run.result.get("kind") == "error" and isinstance(payload, dict):
-            return None, [], f"the candidate broke its tracer: {str(payload.get('error'))[:500]}"
-        return None, [], "the tracer sent a malformed result"
-    warnings = payload.get("warnings", [])
-    if not isinstance(warnings, list) or not all(isinstance(w, str) for w in warnings):
-        return None, [], "the tracer sent a malformed result (warnings)"
-    warnings = [w[:2000] for w in warnings[:20]]
-    if payload.get("ok") is True and isinstance(payload.get("artifact"), dict):
-        return payload["artifact"], warnings, None
-    reason = payload.get("reason")
-    if payload.get("ok") is False and isinstance(reason, str) and reason:
-        return None, warnings, reason
-    return None, [], "the tracer sent a malformed result"
-
-
-def _read_samples(run: WorkerResult, size: int) -> tuple[np.ndarray, np.ndarray]:
-    """(value, slope) from the tracer's `sample` result; every field checked.
-
-    Raises:
-        SampleFailure: the tracer stopped, the candidate could not be sampled, or the result
-            is not two lists of exactly `size` finite floats.
-    """
-    if run.status != "ok":
-        raise SampleFailure("sample", run.reason or f"the tracer stopped ({run.status})")
-    payload, kind = run.result.get("payload"), run.result.get("kind")
-    if kind == "error" and isinstance(payload, dict):
-        raise SampleFailure("sample", f"the candidate broke its tracer: {payload.get('error')}")
-    if kind != "sample" or not isinstance(payload, dict) or not isinstance(payload.get("ok"), bool):
-        raise SampleFailure("sample", "the tracer sent a malformed result")
-    if not payload["ok"]:
-        reason = payload.get("reason")
-        raise SampleFailure("sample", reason if isinstance(reason, str) and reason else "no reason")
-    value = _floats(payload.get("value"), size, "value")
-    return value, _floats(payload.get("slope"), size, "slope")
-
-
-def _floats(data: object, size: int, name: str) -> np.ndarray:
-    """`data` as float32 when it is a list of exactly `size` finite floats (SampleFailure else)."""
-    if not isinstance(data, list) or len(data) != size or any(type(x) is not float for x in data):
-        raise SampleFailure(
-            "sample", f"the tracer sent a malformed result ({name}s: not {size} floats)"
-        )
-    with np.errstate(over="ignore"):
-        array = np.asarray(data, np.float64).astype(np.float32)
-    if not np.all(np.isfinite(array)):
-        raise SampleFailure("sample", f"the tracer sent a malformed result (non-finite {name}s)")
-    return array
 
 
 def evaluate_source(source: str, task: str, settings: CascadeSettings) -> Outcome:

@@ -34,9 +34,11 @@ from dataclasses import asdict, dataclass
 from typing import Callable, Protocol
 
 from metarl import platform
+from metarl.errors import MetarlError
 from metarl.evaluation.baseline_cache import compilation_cache_dir
-from metarl.evaluation.sandbox import WorkerPool, WorkerResult, check_bubblewrap
+from metarl.evaluation.sandbox import WorkerResult, check_bubblewrap
 from metarl.evaluation.settings import SandboxLimits
+from metarl.evaluation.worker_pool import WorkerPool
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +46,7 @@ EXECUTORS = ("local", "ray")
 ROLES = ("tracer", "trainer")
 
 
-class ExecutorError(RuntimeError):
+class ExecutorError(MetarlError, RuntimeError):
     """The executor could not run a job (a Ray task that failed after its retries, a cluster
     that cannot be reached): an evaluator fault, never a candidate's."""
 
@@ -279,12 +281,14 @@ def connect_ray(address: str | None):
         # lazy: Ray is the `ray` extra, imported only when this executor is chosen
         import ray
     except ImportError:
-        raise ExecutorError('the ray executor needs Ray: pip install "metarl[ray]"') from None
+        raise ExecutorError(
+            "the ray executor needs Ray", hint='pip install "metarl[ray]"'
+        ) from None
     if ray.is_initialized():
         return ray
     hint = "start one with `ray start --head`, or pass --ray-address HOST:PORT"
     if address and address not in ("auto", "local") and not _reachable(address):
-        raise ExecutorError(f"no Ray cluster answers at {address} ({hint})")
+        raise ExecutorError(f"no Ray cluster answers at {address}", hint=hint)
     os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "error")  # the driver's C++ core: errors only
     try:
         ray.init(
@@ -297,7 +301,7 @@ def connect_ray(address: str | None):
         )
     except (ConnectionError, RuntimeError, ValueError) as error:
         raise ExecutorError(
-            f"cannot reach a Ray cluster at {address or 'this machine'}: {error} ({hint})"
+            f"cannot reach a Ray cluster at {address or 'this machine'}: {error}", hint=hint
         ) from None
     return ray
 

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from metarl.errors import MetarlError
 from metarl.evaluation.os_limits import ProcessLimit, seccomp_pipe
 from metarl.evaluation.settings import SandboxLimits
 
@@ -69,8 +70,10 @@ _ENV_ALLOW = re.compile(
 )
 
 
-class SandboxUnavailable(RuntimeError):
+class SandboxUnavailable(MetarlError, RuntimeError):
     """bubblewrap is missing or cannot create namespaces here, and no opt-out was given."""
+
+    hint = "pass --unsafe-no-sandbox to run candidates without isolation (not on shared machines)"
 
 
 def tmpfs_split(tmpfs_mb: int) -> tuple[int, int]:
@@ -274,9 +277,9 @@ def bwrap_binary() -> str:
     binary = shutil.which(BWRAP)
     if binary is None:
         raise SandboxUnavailable(
-            "bubblewrap (bwrap) is not installed: candidate code runs only inside it. Install it "
-            "(Debian/Ubuntu: apt-get install bubblewrap), or pass --unsafe-no-sandbox to run "
-            "candidates without isolation"
+            "bubblewrap (bwrap) is not installed: candidate code runs only inside it",
+            hint="install it (Debian/Ubuntu: apt-get install bubblewrap), or pass "
+            "--unsafe-no-sandbox to run candidates without isolation",
         )
     return binary
 
@@ -287,7 +290,7 @@ def bubblewrap_command(environment: dict, tmpfs_mb: int) -> list[str]:
     return bubblewrap_argv(mounts, "tracer", None, environment)
 
 
-_BWRAP_WORKS: dict[str, str | None] = {}
+_BWRAP_WORKS: dict[str, SandboxUnavailable | None] = {}
 
 
 def check_bubblewrap() -> None:
@@ -303,18 +306,20 @@ def check_bubblewrap() -> None:
             _BWRAP_WORKS["result"] = (
                 None
                 if done.returncode == 0
-                else (
+                else SandboxUnavailable(
                     "bubblewrap (bwrap) cannot create its namespaces here: "
                     + done.stderr.decode("utf-8", "replace").strip()[-300:]
-                    + ". Pass --unsafe-no-sandbox to run candidates without isolation"
                 )
             )
         except SandboxUnavailable as error:
-            _BWRAP_WORKS["result"] = str(error)
+            _BWRAP_WORKS["result"] = error
         except (OSError, subprocess.TimeoutExpired) as error:
-            _BWRAP_WORKS["result"] = f"bubblewrap (bwrap) failed to start: {error}"
-    if _BWRAP_WORKS["result"] is not None:
-        raise SandboxUnavailable(_BWRAP_WORKS["result"])
+            _BWRAP_WORKS["result"] = SandboxUnavailable(
+                f"bubblewrap (bwrap) failed to start: {error}"
+            )
+    found = _BWRAP_WORKS["result"]
+    if found is not None:
+        raise SandboxUnavailable(found.message, hint=found.hint)
 
 
 # --- launching a worker -------------------------------------------------------------------------

@@ -12,7 +12,7 @@ compiled and trained without it, and score as they would alone (a candidate's nu
 depend on its batch).
 
 How: the call sites are found once per run config by *tracing* (not compiling) the trainer's
-own `init` and `segment` functions (`rl.training.batch_functions`) around a trusted stand-in,
+own `init` and `segment` functions (`rl.behaviour.training_jaxprs`) around a trusted stand-in,
 the task's baseline program: every `call_exported` in the traced program, with its input
 shapes. Every candidate of a batch is called at the same places with the same shapes (one
 `lax.switch` passes all branches the same operands). Each candidate's forward program and VJP
@@ -33,7 +33,6 @@ from typing import Callable, Sequence
 import jax
 import jax.numpy as jnp
 from jax import export as jax_export
-from jax.extend import core as jax_core
 
 from metarl.rl.artifact import (
     ArtifactRejected,
@@ -43,8 +42,9 @@ from metarl.rl.artifact import (
     load_variants,
     verify,
 )
+from metarl.rl.behaviour import exported_call_inputs, training_jaxprs
 from metarl.rl.configs import PPOConfig
-from metarl.rl.training import BatchProgram, batch_functions, seed_keys
+from metarl.rl.training import BatchProgram
 from metarl.tasks import Task
 from metarl.tasks.candidate import load_function
 from metarl.tasks.probing import describe_exception
@@ -73,19 +73,6 @@ class CallSite:
 def _deserialize(blob: bytes):
     """An Exported from its serialised bytes (verified by the caller before it compiles)."""
     return jax_export.deserialize(bytearray(blob))
-
-
-def _exported_calls(jaxpr, found: list) -> None:
-    """Append (Exported, input avals) of every `call_exported` in `jaxpr` and its sub-jaxprs."""
-    for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "call_exported":
-            found.append((eqn.params["exported"], tuple(v.aval for v in eqn.invars)))
-        for value in eqn.params.values():
-            for sub in value if isinstance(value, (list, tuple)) else (value,):
-                if isinstance(sub, jax_core.ClosedJaxpr):
-                    _exported_calls(sub.jaxpr, found)
-                elif isinstance(sub, jax_core.Jaxpr):
-                    _exported_calls(sub, found)
 
 
 def baseline_artifact(task: Task, platform: str) -> dict[str, str]:
@@ -121,12 +108,8 @@ def call_sites(
         if task.element_signature.differentiable:
             known[bytes(exported.vjp().mlir_module_serialized)] = (name, True)
     stand_in = task.assemble(load_variants(blobs, task.element_signature, platform))
-    init, segment = batch_functions(config, lambda index: task.select([stand_in], index))
-    keys, index = seed_keys([int(s) for s in seeds]), jnp.asarray(0, jnp.int32)
-    found: list = []
-    _exported_calls(jax.make_jaxpr(init)(keys, index).jaxpr, found)
-    runner = jax.eval_shape(init, keys, index)
-    _exported_calls(jax.make_jaxpr(segment)(runner, index, index).jaxpr, found)
+    jaxprs = training_jaxprs(config, lambda index: task.select([stand_in], index), seeds)
+    found = [call for jaxpr in jaxprs for call in exported_call_inputs(jaxpr)]
     sites: list[CallSite] = []
     for exported, avals in found:
         key = bytes(exported.mlir_module_serialized)

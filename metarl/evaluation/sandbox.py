@@ -11,10 +11,11 @@ Design (measured on a 2-core CPU: importing jax+gymnax+metarl costs ~3 s, compil
   receives its job, then reports `ready`; while no job is waiting it goes on importing the
   training stack (gymnax, flax, the trainer: ~2 s more), module by module, so a job that
   arrives early starts at once and a candidate that fails its probes never pays for gymnax.
-  The pool keeps `spares` such workers and starts a replacement as soon as one is taken, so the
-  next candidate's import overlaps the current candidate's run. The visible per-candidate
-  overhead is then the job hand-off and the teardown (kill + temp-dir removal), not the ~3 s
-  import. A worker whose parent dies (or closes its stdin) removes its temp dir and exits.
+  The pool (worker_pool.py) keeps `spares` such workers and starts a replacement as soon as
+  one is taken, so the next candidate's import overlaps the current candidate's run. The
+  visible per-candidate overhead is then the job hand-off and the teardown (kill + temp-dir
+  removal), not the ~3 s import. A worker whose parent dies (or closes its stdin) removes its
+  temp dir and exits.
 - **Result channel.** Results travel as JSON lines on a private pipe whose write end is passed
   to the worker with `pass_fds`; the candidate's stdout/stderr go to files in the worker's temp
   dir and come back truncated (Outcome.stdout). Nothing a candidate prints can be read as a
@@ -39,7 +40,6 @@ Design (measured on a 2-core CPU: importing jax+gymnax+metarl costs ~3 s, compil
 
 from __future__ import annotations
 
-import atexit
 import json
 import logging
 import os
@@ -51,8 +51,6 @@ import sys
 import tempfile
 import threading
 import time
-import weakref
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
@@ -519,87 +517,6 @@ class WorkerProcess:
                 self.cache_committed = self.staging.commit()
             self.staging.discard()
         shutil.rmtree(self.tmpdir, ignore_errors=True)
-
-
-class WorkerPool:
-    """Keeps `spares` pre-warmed workers; hands each job a fresh one and starts its replacement.
-
-    Every worker is started from the pool's own spawner thread, which lives as long as the
-    pool: bubblewrap's `--die-with-parent` is PR_SET_PDEATHSIG, which fires when the *thread*
-    that started the process exits, so a spare started from a short-lived caller thread (a
-    thread pool fanning out tracers) would be killed before its job arrives.
-    """
-
-    def __init__(
-        self,
-        limits: SandboxLimits,
-        spares: int = 1,
-        python: str | None = None,
-        role: str = "trainer",
-        device: str | None = None,
-    ):
-        self.limits = limits
-        self.role = role
-        self.device = device  # every worker of this pool sees only this accelerator
-        self.spares = max(0, int(spares))
-        self.python = python
-        self._lock = threading.Lock()
-        self._idle: list[WorkerProcess] = []
-        self._closed = False
-        self._live: "weakref.WeakSet[WorkerProcess]" = weakref.WeakSet()
-        self._spawner = ThreadPoolExecutor(
-            1, thread_name_prefix=f"metarl-{role}-{device or 'any'}-spawner"
-        )
-        reference = weakref.ref(self)
-
-        def close_at_exit() -> None:
-            pool = reference()
-            if pool is not None:
-                pool.close()
-
-        self._at_exit = close_at_exit
-        atexit.register(close_at_exit)
-        with self._lock:
-            self._top_up()
-
-    def _spawn(self) -> WorkerProcess:
-        worker = self._spawner.submit(
-            WorkerProcess, self.limits, self.python, self.role, self.device
-        ).result()
-        self._live.add(worker)
-        return worker
-
-    def _top_up(self) -> None:
-        self._idle = [w for w in self._idle if w.is_alive() or self._discard(w)]
-        while not self._closed and len(self._idle) < self.spares:
-            self._idle.append(self._spawn())
-
-    @staticmethod
-    def _discard(worker: WorkerProcess) -> bool:
-        worker.kill()
-        return False
-
-    def acquire(self) -> WorkerProcess:
-        """A worker for one job (pre-warmed when one is idle); its replacement starts now."""
-        with self._lock:
-            if self._closed:
-                raise RuntimeError("the worker pool is closed")
-            self._idle = [w for w in self._idle if w.is_alive() or self._discard(w)]
-            # prefer the worker that has been warming the longest
-            worker = self._idle.pop(0) if self._idle else self._spawn()
-            self._top_up()
-            return worker
-
-    def close(self) -> None:
-        atexit.unregister(self._at_exit)
-        with self._lock:
-            self._closed = True
-            idle, self._idle = self._idle, []
-        for worker in idle:
-            worker.kill()
-        for worker in list(self._live):
-            worker.kill()
-        self._spawner.shutdown(wait=False)
 
 
 def run_job(job: dict, limits: SandboxLimits, on_event=None, role: str = "trainer") -> WorkerResult:

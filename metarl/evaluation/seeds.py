@@ -34,12 +34,16 @@ import secrets
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
+from metarl.errors import USAGE, MetarlError
+
 SEED_LIMIT = 2**31  # seed values are drawn from [0, SEED_LIMIT)
 POOL_FACTOR = 2  # a pool holds at least this many times the largest count drawn from it
 
 
-class SeedError(ValueError):
+class SeedError(MetarlError, ValueError):
     """Seed values that cannot be used (a malformed `--seed-values`, an exhausted pool)."""
+
+    exit_code = USAGE
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 
+from metarl.errors import USAGE, MetarlError
 from metarl.evaluation.executors import ExecutorSettings
 from metarl.evaluation.seeds import SeedError, check_values
 from metarl.evaluation.settings import CascadeSettings, SandboxLimits
@@ -39,15 +40,17 @@ BUDGETS = (
 )
 
 
-class GRPOSettingsError(ValueError):
+class GRPOSettingsError(MetarlError, ValueError):
     """A bad option; the message is one line for the user."""
 
+    exit_code = USAGE
 
-class TrainError(Exception):
+
+class TrainError(MetarlError):
     """A training run cannot start or go on (unknown or mismatched resume, no prompts)."""
 
 
-class ModelLoadError(ValueError):
+class ModelLoadError(MetarlError, ValueError):
     """The model or its tokenizer cannot be loaded; one line for the user."""
 
 

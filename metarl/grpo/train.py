@@ -51,7 +51,6 @@ from metarl.tasks import get_task
 
 logger = logging.getLogger(__name__)
 
-PHASES = ("before", "sft", "grpo", "after", "done")
 METHOD = "grpo"
 
 
@@ -132,7 +131,6 @@ class ProposerTraining:
         self.output_dir = Path(settings.output_dir) if settings.output_dir else None
         self._started = time.monotonic()
         self._elapsed_base = 0.0
-        self._step_started = time.monotonic()
 
     # -- the run record -----------------------------------------------------------------------
     def elapsed(self) -> float:
@@ -350,7 +348,7 @@ class ProposerTraining:
                     self.settings.rng_seed,
                 )
             except ArchiveError as error:
-                raise TrainError(str(error)) from None
+                raise TrainError(error.message, hint=error.hint) from None
             self.state.prompts = plan.to_dict()
             self._save()
             source = plan.source_run or f"the {self.task.name} seed programs"

@@ -13,7 +13,8 @@ import math
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from metarl.report.story import Comparison, Curves, Funnel, ModelUsage, Point, RunStory
+from metarl.report.comparison import Comparison
+from metarl.report.story import Curves, Funnel, ModelUsage, Point, RunStory
 
 HEIGHT = 420
 PALETTE = (

@@ -27,8 +27,9 @@ from pygments.lexers import DiffLexer, PythonLexer
 from metarl import __version__
 from metarl.archives.store import Archive
 from metarl.report import figures
+from metarl.report.comparison import Comparison, compare_runs
 from metarl.report.settings import ReportError, ReportSettings
-from metarl.report.story import Comparison, RunStory, compare_runs, run_story
+from metarl.report.story import RunStory, run_story
 
 TEMPLATES = Path(__file__).with_name("templates")
 CODE_STYLE = "friendly"
@@ -202,7 +203,10 @@ def write_report(
     """
     settings = settings or ReportSettings()
     if not run_ids:
-        raise ReportError(f"no runs to report in {archive.path}")
+        raise ReportError(
+            f"no runs to report in {archive.path}",
+            hint="start one with `metarl discover`, or widen the --task and --suite filters",
+        )
     start = datetime.now(timezone.utc)
     for run_id in run_ids:
         archive.get_run(run_id)  # an unknown run is one clear line before any work
@@ -222,7 +226,10 @@ def _write_atomically(out: Path, text: str) -> None:
     half a report; an existing report is replaced only by a whole new one)."""
     folder = out.parent if str(out.parent) else Path(".")
     if not folder.is_dir():
-        raise ReportError(f"cannot write {out}: folder {folder} does not exist")
+        raise ReportError(
+            f"cannot write {out}: folder {folder} does not exist",
+            hint="create the folder, or pass --out with a path in an existing one",
+        )
     temporary = None
     try:
         handle, temporary = tempfile.mkstemp(prefix=".report-", suffix=".html", dir=folder)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from metarl.errors import MetarlError
 
-class ReportError(Exception):
+
+class ReportError(MetarlError):
     """A report that cannot be made (no runs to show, a file that cannot be written); one
     clear line at the CLI."""
 

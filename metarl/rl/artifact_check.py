@@ -24,7 +24,7 @@ checks here run on the parsed module before anything compiles it (rl/artifact.py
   concatenation, padding, transposes, reshapes, broadcasts, slices, gathers, scatters and
   products) are allowed only when they act along the per-element axes.
 
-Measured on the 2-core CPU: ~5 ms per module (a drift and its VJP: ~10 ms); every seed program,
+Measured on the 2-core CPU: 5-20 ms per module (a drift and its VJP: ~20 ms); every seed program,
 an LPO network and an OPEN-lite export, and symbolic drifts pass.
 """
 

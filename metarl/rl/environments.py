@@ -14,9 +14,13 @@ import gymnax
 import jax
 import jax.numpy as jnp
 
+from metarl.errors import USAGE, MetarlError
 
-class UnknownEnvironment(ValueError):
-    pass
+
+class UnknownEnvironment(MetarlError, ValueError):
+    """An environment gymnax does not have, or one metarl's discrete PPO cannot train on."""
+
+    exit_code = USAGE
 
 
 class Step(NamedTuple):

@@ -12,15 +12,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from metarl.errors import USAGE, MetarlError
 from metarl.rl.configs import PPOConfig, default_config
 
 # source label -> env -> the published PPO mean final return
 PublishedReturns = Mapping[str, Mapping[str, float]]
 
 
-class UnknownSuite(KeyError):
-    def __str__(self) -> str:
-        return self.args[0]
+class UnknownSuite(MetarlError, KeyError):
+    """A suite name not in SUITES; the message lists the known ones."""
+
+    exit_code = USAGE
 
 
 @dataclass(frozen=True)
@@ -39,9 +41,6 @@ class Suite:
         return default_config(
             env_name, total_timesteps=total_timesteps or self.total_timesteps, **self.overrides
         )
-
-    def short_config(self) -> PPOConfig:
-        return self.config(self.envs[0], self.short_budget)
 
 
 SUITES: dict[str, Suite] = {

@@ -21,10 +21,12 @@ from typing import Any, Callable, Mapping, NamedTuple, Union
 
 import numpy as np
 
+from metarl.errors import MetarlError
+
 VARIABLES = ("log_r", "r1", "A")
 
 
-class SymbolicError(Exception):
+class SymbolicError(MetarlError):
     """A symbolic fit that cannot become a candidate (or a backend that cannot run); the message
     says why."""
 

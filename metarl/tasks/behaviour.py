@@ -7,12 +7,12 @@ program, and its fingerprint batch for in-domain example rows; the rl layer know
 The call sizes depend only on the task, the configs and the seeds, so they are traced once per
 process (a trainer job evaluates a batch of candidates) and reused.
 
-Cost, measured on the 2-core CPU (stages._prepare, classic suite: 3 configs, 4 seeds):
-reading the call sizes ~3 s per trainer job for the drift or the optimizer (one make_jaxpr of
-BatchProgram's init and segment per config, then cached); the checks themselves ~0.6 s per
-drift candidate (forward and VJP at sizes 1, 64 and 512, and the linearity check) and ~1.5 s
-per optimizer candidate (sizes 1 to 16384, 12 distinct). See the report of the change for the
-share of a demo candidate's evaluation.
+Cost, measured on the 2-core CPU (shared, load ~4; classic suite: 3 configs, 4 seeds): reading
+the call sizes ~1.7 s per task and trainer job (one make_jaxpr of BatchProgram's init and
+segment per config, then cached for the job's other candidates); the checks ~0.2-0.5 s per
+drift candidate and ~0.8-1.8 s per optimizer rule (Adam, OPEN-lite: 12 sizes). Against a demo
+candidate's evaluation (~30-60 s of training): 1-2% per drift and 1.5-6% per optimizer rule,
+plus the per-job trace (3-6% when a job holds one candidate, less when it holds several).
 """
 
 from __future__ import annotations

@@ -11,12 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from metarl.errors import MetarlError
+
 # This package's __init__ runs before any proposer module (base.py, the LLM client, the local
 # LLM server), so it imports none of them at its top: base.py and the mutation proposer load
 # jax, the LLM proposer litellm. A kind's module loads when that kind is built.
 
 
-class ProposerUnavailable(Exception):
+class ProposerUnavailable(MetarlError):
     """A proposer kind that cannot be built here (a missing optional dependency); one line."""
 
 

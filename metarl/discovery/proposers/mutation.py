@@ -29,9 +29,24 @@ import random
 from typing import Any
 
 from metarl.discovery.proposers.base import Proposal, ProposalRequest
+from metarl.discovery.proposers.syntax_tree import (
+    MutationFailed,
+    Site,
+    constant_expr,
+    find_function,
+    free_names,
+    inline_locals,
+    is_numeric,
+    library_call,
+    op_symbol,
+    path_expr,
+    replaceable_sites,
+    round_sig,
+    signed_constant,
+    source_line,
+)
 from metarl.evaluation.outcome import Outcome
 from metarl.tasks.candidate import normalise_source, source_hash
-from metarl.tasks.vocabulary import ALLOWED_MODULES, PROVIDED_MODULES
 
 # Elementwise unary functions, by family: name -> the module path it is written with.
 # `rectifier`s are non-negative (swapping among them keeps e.g. a drift >= 0); `smooth` ones
@@ -60,11 +75,6 @@ WRAPPERS = [
     "jnp.log1p_abs",
 ]
 BINARY_SWAPS = {"maximum": "minimum", "minimum": "maximum", "fmax": "fmin", "fmin": "fmax"}
-# the JAX modules of the vocabulary, by local name or path: where mutable functions live
-MODULE_PREFIXES = frozenset(
-    name for name, path in PROVIDED_MODULES.items() if path.startswith("jax")
-) | {path for path in ALLOWED_MODULES if path.startswith("jax")}
-
 ARITH = [ast.Add, ast.Sub, ast.Mult, ast.Div]
 COMPARE = [ast.Lt, ast.LtE, ast.Gt, ast.GtE]
 ROUND_VALUES = [0.0, 0.1, 0.2, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0]
@@ -76,176 +86,13 @@ DEFAULT_WEIGHTS = {
     "insert": 0.17,
     "delete": 0.08,
 }
-CROSSOVER_FALLBACK = "constant"
-
-
-class MutationFailed(Exception):
-    pass
-
-
-# -- tree plumbing ---------------------------------------------------------------------------
-
-
-def _dotted(node: ast.AST) -> str | None:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return ".".join(reversed(parts))
-    return None
-
-
-def _path_expr(path: str) -> ast.expr:
-    parts = path.split(".")
-    node: ast.expr = ast.Name(id=parts[0], ctx=ast.Load())
-    for part in parts[1:]:
-        node = ast.Attribute(value=node, attr=part, ctx=ast.Load())
-    return node
-
-
-def _library_call(node: ast.AST) -> tuple[str, str] | None:
-    """(module path, function name) when `node` calls jnp.X / jax.nn.X / lax.X ..."""
-    if not isinstance(node, ast.Call):
-        return None
-    dotted = _dotted(node.func)
-    if not dotted or "." not in dotted:
-        return None
-    module, name = dotted.rsplit(".", 1)
-    if module not in MODULE_PREFIXES:
-        return None
-    return module, name
-
-
-class Site:
-    """A position in the tree holding an expression that may be replaced."""
-
-    def __init__(self, parent: ast.AST, field: str, index: int | None, boolean: bool):
-        self.parent, self.field, self.index, self.boolean = parent, field, index, boolean
-
-    @property
-    def node(self) -> ast.expr:
-        value = getattr(self.parent, self.field)
-        return value[self.index] if self.index is not None else value
-
-    def replace(self, new: ast.expr) -> None:
-        if self.index is None:
-            setattr(self.parent, self.field, new)
-        else:
-            getattr(self.parent, self.field)[self.index] = new
-
-
-def _function(tree: ast.Module, name: str) -> ast.FunctionDef:
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef) and node.name == name:
-            return node
-    raise MutationFailed(f"the program defines no function `{name}`")
-
-
-def _sites(fn: ast.FunctionDef) -> list[Site]:
-    """Every replaceable expression position in the function body (not targets, receivers,
-    indices, callees, docstrings or the returned tuple itself)."""
-    out: list[Site] = []
-
-    def visit(node: ast.AST, in_boolean: bool = False) -> None:
-        for field, value in ast.iter_fields(node):
-            children = value if isinstance(value, list) else [value]
-            for index, child in enumerate(children):
-                if not isinstance(child, ast.AST):
-                    continue
-                idx = index if isinstance(value, list) else None
-                if isinstance(child, ast.expr):
-                    if _excluded(node, field, child):
-                        continue
-                    boolean = (
-                        in_boolean
-                        or _boolean_position(node, field, idx)
-                        or isinstance(child, (ast.Compare, ast.BoolOp))
-                        or (isinstance(child, ast.UnaryOp) and isinstance(child.op, ast.Not))
-                    )
-                    if not isinstance(child, (ast.Tuple, ast.List, ast.Starred, ast.Slice)):
-                        out.append(Site(node, field, idx, boolean))
-                    visit(child, boolean)
-                elif isinstance(child, ast.stmt):
-                    if isinstance(child, ast.Expr):  # docstrings, bare calls
-                        continue
-                    visit(child, False)
-                elif isinstance(child, ast.keyword):
-                    visit(child, in_boolean)
-
-    for stmt in fn.body:
-        if isinstance(stmt, ast.Expr):
-            continue
-        visit(stmt)
-    return out
-
-
-def _excluded(parent: ast.AST, field: str, child: ast.expr) -> bool:
-    if isinstance(getattr(child, "ctx", None), (ast.Store, ast.Del)):
-        return True
-    if isinstance(parent, ast.Attribute):
-        return True  # receivers such as `state.at`
-    if isinstance(parent, ast.Subscript):
-        return True  # `state[0]`, `.at[0]`: keep indices and what is indexed
-    if isinstance(parent, ast.Call) and field == "func":
-        return True
-    if isinstance(parent, (ast.comprehension, ast.For)) and field in ("target", "iter"):
-        return True
-    if isinstance(child, ast.Constant) and not _numeric(child):
-        return True
-    return False
-
-
-def _boolean_position(parent: ast.AST, field: str, index: int | None) -> bool:
-    if isinstance(parent, (ast.IfExp, ast.If, ast.While)) and field == "test":
-        return True
-    call = _library_call(parent)
-    if call and call[1] == "where" and field == "args" and index == 0:
-        return True
-    return False
-
-
-def _numeric(node: ast.AST) -> bool:
-    return isinstance(node, ast.Constant) and type(node.value) in (int, float)
-
-
-def _signed_constant(node: ast.AST) -> float | None:
-    if _numeric(node):
-        return node.value
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and _numeric(node.operand):
-        return -node.operand.value
-    return None
-
-
-def _round(value: float) -> float:
-    if value == 0 or not math.isfinite(value):
-        return 0.0
-    return float(f"{value:.3g}")
-
-
-def _constant(value: float | int) -> ast.expr:
-    if value < 0:
-        return ast.UnaryOp(op=ast.USub(), operand=ast.Constant(value=-value))
-    return ast.Constant(value=value)
-
-
-def _line(node: ast.AST, source_lines: list[str]) -> str:
-    lineno = getattr(node, "lineno", None)
-    if lineno and 0 < lineno <= len(source_lines):
-        return source_lines[lineno - 1].strip()
-    return ""
 
 
 def _call(path: str, *args: ast.expr) -> ast.Call:
     if path == "jnp.log1p_abs":  # log(1 + |x|): a domain-safe squashing wrapper
-        inner = ast.Call(func=_path_expr("jnp.abs"), args=list(args), keywords=[])
-        return ast.Call(func=_path_expr("jnp.log1p"), args=[inner], keywords=[])
-    return ast.Call(func=_path_expr(path), args=list(args), keywords=[])
-
-
-def _free_names(node: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        inner = ast.Call(func=path_expr("jnp.abs"), args=list(args), keywords=[])
+        return ast.Call(func=path_expr("jnp.log1p"), args=[inner], keywords=[])
+    return ast.Call(func=path_expr(path), args=list(args), keywords=[])
 
 
 # -- operators -------------------------------------------------------------------------------
@@ -256,17 +103,17 @@ class Editor:
 
     def __init__(self, tree: ast.Module, function_name: str, rng: random.Random, source: str):
         self.tree = tree
-        self.fn = _function(tree, function_name)
+        self.fn = find_function(tree, function_name)
         self.rng = rng
         self.lines = source.splitlines()
         self.description = ""
 
     def value_sites(self) -> list[Site]:
-        return [s for s in _sites(self.fn) if not s.boolean]
+        return [s for s in replaceable_sites(self.fn) if not s.boolean]
 
     # constant -----------------------------------------------------------------------------
     def constant(self) -> None:
-        sites = [s for s in _sites(self.fn) if _numeric(s.node)]
+        sites = [s for s in replaceable_sites(self.fn) if is_numeric(s.node)]
         if not sites:
             raise MutationFailed("no numeric constant to perturb")
         weights = []
@@ -294,22 +141,22 @@ class Editor:
         else:
             roll = self.rng.random()
             if roll < 0.65 and old != 0:
-                new = _round(old * math.exp(self.rng.gauss(0.0, 0.5)))
+                new = round_sig(old * math.exp(self.rng.gauss(0.0, 0.5)))
             elif roll < 0.85:
-                new = _round(old + self.rng.gauss(0.0, 0.25 * max(1.0, abs(old))))
+                new = round_sig(old + self.rng.gauss(0.0, 0.25 * max(1.0, abs(old))))
             else:
                 new = float(self.rng.choice([v for v in ROUND_VALUES if v != old] or [old + 1]))
             if new == old:
-                new = _round(old * 1.5 if old else 0.5)
-        line = _line(site.node, self.lines)
-        site.replace(_constant(new))
+                new = round_sig(old * 1.5 if old else 0.5)
+        line = source_line(site.node, self.lines)
+        site.replace(constant_expr(new))
         self.description = f"constant {old!r} -> {new!r}" + (f" in `{line}`" if line else "")
 
     # function -----------------------------------------------------------------------------
     def function(self) -> None:
         calls = []
-        for site in _sites(self.fn):
-            lib = _library_call(site.node)
+        for site in replaceable_sites(self.fn):
+            lib = library_call(site.node)
             if lib and (
                 lib[1] in UNARY
                 and len(site.node.args) == 1
@@ -321,15 +168,15 @@ class Editor:
             raise MutationFailed("no elementwise function to swap")
         site = self.rng.choice(calls)
         node = site.node
-        module, name = _library_call(node)
-        line = _line(node, self.lines)
+        module, name = library_call(node)
+        line = source_line(node, self.lines)
         if name == "where":
             node.args[1], node.args[2] = node.args[2], node.args[1]
             self.description = f"swapped the branches of where in `{line}`"
             return
         if name in BINARY_SWAPS:
             new = BINARY_SWAPS[name]
-            node.func = _path_expr(f"jnp.{new}")
+            node.func = path_expr(f"jnp.{new}")
             self.description = f"{name} -> {new} in `{line}`"
             return
         family = FAMILY_OF[name]
@@ -342,7 +189,7 @@ class Editor:
         ]
         pool = same if (same and self.rng.random() < 0.85) else others
         new_path = self.rng.choice(pool)
-        node.func = _path_expr(new_path)
+        node.func = path_expr(new_path)
         self.description = f"{module}.{name} -> {new_path} in `{line}`"
 
     # operator -----------------------------------------------------------------------------
@@ -356,7 +203,7 @@ class Editor:
         if not sites:
             raise MutationFailed("no operator to swap")
         node = self.rng.choice(sites)
-        line = _line(node, self.lines)
+        line = source_line(node, self.lines)
         if isinstance(node, ast.Compare):
             i = self.rng.randrange(len(node.ops))
             old = type(node.ops[i])
@@ -374,7 +221,7 @@ class Editor:
                     else self.rng.choice([op for op in ARITH if op is not old])
                 )
             node.op = new()
-        self.description = f"operator {_op_symbol(old)} -> {_op_symbol(new)} in `{line}`"
+        self.description = f"operator {op_symbol(old)} -> {op_symbol(new)} in `{line}`"
 
     # insert -------------------------------------------------------------------------------
     def insert(self) -> None:
@@ -383,7 +230,7 @@ class Editor:
             raise MutationFailed("no subexpression to extend")
         site = self.rng.choice(sites)
         target = site.node
-        line = _line(target, self.lines)
+        line = source_line(target, self.lines)
         old_text = ast.unparse(target)
         roll = self.rng.random()
         if roll < 0.4:
@@ -391,10 +238,10 @@ class Editor:
             new = _call(wrapper, target)
             what = f"wrapped `{old_text}` in {wrapper.replace('jnp.log1p_abs', 'log1p(|.|)')}"
         elif roll < 0.65:
-            value = _round(math.exp(self.rng.gauss(0.0, 0.7)))
+            value = round_sig(math.exp(self.rng.gauss(0.0, 0.7)))
             op = self.rng.choice([ast.Mult, ast.Add, ast.Sub])
             new = ast.BinOp(left=target, op=op(), right=ast.Constant(value=value))
-            what = f"`{old_text}` -> `{old_text} {_op_symbol(op)} {value}`"
+            what = f"`{old_text}` -> `{old_text} {op_symbol(op)} {value}`"
         else:
             # other subexpressions of this program, with its locals inlined so that the copy
             # only refers to the arguments (a local may not be defined yet at the target)
@@ -402,16 +249,16 @@ class Editor:
             text = ast.unparse(target)
             pool = [
                 s.node
-                for s in _sites(_inline_locals(self.fn))
+                for s in replaceable_sites(inline_locals(self.fn))
                 if not s.boolean
-                and not _numeric(s.node)
-                and _free_names(s.node) <= args
+                and not is_numeric(s.node)
+                and free_names(s.node) <= args
                 and ast.unparse(s.node) != text
             ]
             if not pool:
                 raise MutationFailed("no other subexpression to combine with")
             other = copy.deepcopy(self.rng.choice(pool))
-            scale = _round(math.exp(self.rng.gauss(math.log(0.3), 0.7)))
+            scale = round_sig(math.exp(self.rng.gauss(math.log(0.3), 0.7)))
             op = self.rng.choice([ast.Add, ast.Sub, ast.Mult])
             term = (
                 other
@@ -444,7 +291,7 @@ class Editor:
             elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
                 candidates.append((site, [node.operand]))
             else:
-                lib = _library_call(node)
+                lib = library_call(node)
                 if lib and lib[1] in UNARY and len(node.args) == 1:
                     candidates.append((site, [node.args[0]]))
                 elif lib and lib[1] == "where" and len(node.args) == 3:
@@ -453,7 +300,7 @@ class Editor:
                     candidates.append((site, list(node.args)))
         # keep what remains meaningful: do not reduce a subtree to a bare constant
         candidates = [
-            (s, [k for k in keep if _signed_constant(k) is None]) for s, keep in candidates
+            (s, [k for k in keep if signed_constant(k) is None]) for s, keep in candidates
         ]
         candidates = [(s, keep) for s, keep in candidates if keep]
         if not candidates:
@@ -466,20 +313,20 @@ class Editor:
 
     # crossover ----------------------------------------------------------------------------
     def crossover(self, donor_source: str, function_name: str, donor_name: str) -> None:
-        donor_fn = _function(ast.parse(donor_source), function_name)
-        inlined = _inline_locals(donor_fn)
+        donor_fn = find_function(ast.parse(donor_source), function_name)
+        inlined = inline_locals(donor_fn)
         args = {a.arg for a in self.fn.args.args}
         allowed = args | {"jax", "jnp", "lax", "nn", "math"}
         pool = []
-        for site in _sites(inlined):
+        for site in replaceable_sites(inlined):
             node = site.node
-            if site.boolean or _numeric(node) or isinstance(node, ast.Name):
+            if site.boolean or is_numeric(node) or isinstance(node, ast.Name):
                 continue
-            if _free_names(node) <= allowed:
+            if free_names(node) <= allowed:
                 pool.append(node)
         if not pool:
             raise MutationFailed("the donor has no transplantable subexpression")
-        targets = [s for s in self.value_sites() if not _numeric(s.node)]
+        targets = [s for s in self.value_sites() if not is_numeric(s.node)]
         if not targets:
             raise MutationFailed("the recipient has no subexpression to replace")
         graft = copy.deepcopy(self.rng.choice(pool))
@@ -489,58 +336,6 @@ class Editor:
         self.description = (
             f"crossover: `{old_text}` replaced by `{ast.unparse(graft)}` from {donor_name}"
         )
-
-
-def _contains(root: ast.AST, node: ast.AST) -> bool:
-    return any(n is node for n in ast.walk(root))
-
-
-def _op_symbol(op: type) -> str:
-    return {
-        ast.Add: "+",
-        ast.Sub: "-",
-        ast.Mult: "*",
-        ast.Div: "/",
-        ast.Pow: "**",
-        ast.Lt: "<",
-        ast.LtE: "<=",
-        ast.Gt: ">",
-        ast.GtE: ">=",
-    }.get(op, op.__name__)
-
-
-class _Substitute(ast.NodeTransformer):
-    def __init__(self, env: dict[str, ast.expr]):
-        self.env = env
-
-    def visit_Name(self, node: ast.Name) -> ast.expr:
-        if isinstance(node.ctx, ast.Load) and node.id in self.env:
-            return copy.deepcopy(self.env[node.id])
-        return node
-
-
-def _inline_locals(fn: ast.FunctionDef) -> ast.FunctionDef:
-    """A copy of `fn` whose straight-line single-name assignments are substituted into later
-    expressions, so any subexpression refers only to the arguments and library names."""
-    fn = copy.deepcopy(fn)
-    env: dict[str, ast.expr] = {}
-    body = []
-    for stmt in fn.body:
-        stmt = _Substitute(env).visit(stmt)
-        if (
-            isinstance(stmt, ast.Assign)
-            and len(stmt.targets) == 1
-            and isinstance(stmt.targets[0], ast.Name)
-        ):
-            env[stmt.targets[0].id] = stmt.value
-        elif isinstance(stmt, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
-            # tuple targets or augmented updates: later uses of these names are not inlinable
-            for target in ast.walk(stmt):
-                if isinstance(target, ast.Name) and isinstance(target.ctx, ast.Store):
-                    env.pop(target.id, None)
-        body.append(stmt)
-    fn.body = body
-    return fn
 
 
 # -- the proposer ----------------------------------------------------------------------------

@@ -45,7 +45,7 @@ and jax.vmap, return float32 with exactly ratio's shape, give finite values and 
 gradients for ratio in [0.05, 20], be elementwise, have as gradient the slope of its own
 values (no jax.lax.stop_gradient or custom gradients: training follows the gradient), be
 >= 0, and be 0 with a zero slope d drift / d ratio at ratio == 1 for every advantage in the
-training range (|advantage| <= 12). A program that breaks any of these is rejected, the
+training range (|advantage| <= 32). A program that breaks any of these is rejected, the
 last two included: they are what makes the objective a drift (mirror learning's guarantee).
 """
 

@@ -26,10 +26,10 @@ special-case them):
    - drift < -NEGATIVE_TOLERANCE anywhere (a negative drift rewards moving away from the old
      policy);
    - |drift(1, A)| > ZERO_TOLERANCE or |d drift/d ratio (1, A)| > GRADIENT_TOLERANCE for an
-     advantage of the probe batch or of the training range (|A| <= 12: advantages are
-     normalised per minibatch of 128, so |A| <= sqrt(127)): a penalty or a push before the
-     policy moves. PPO-clip, LPO and the LPO-network and symbolic exports are exactly 0 with a
-     slope of exactly 0 there.
+     advantage of the probe batch or of the training range (|A| <= 32: advantages are
+     normalised per minibatch of M samples, so |A| <= sqrt(M - 1), 32 for MinAtar's 1024): a
+     penalty or a push before the policy moves. PPO-clip, LPO and the LPO-network and
+     symbolic exports are exactly 0 with a slope of exactly 0 there.
 """
 
 from __future__ import annotations
@@ -57,11 +57,14 @@ GRADIENT_TOLERANCE = 1e-4
 FD_STEPS = (1e-3, 1e-4)  # relative to ratio
 FD_RTOL = 1e-2
 FD_ATOL = 1e-3
-TRAINING_ADVANTAGES = np.linspace(-12.0, 12.0, BATCH, dtype=np.float32)
+# normalised over a minibatch of M samples, |A| <= sqrt(M - 1): 11.3 for classic control's
+# M = 128, 32 for MinAtar's M = 1024
+TRAINING_ADVANTAGES = np.linspace(-32.0, 32.0, BATCH, dtype=np.float32)
 EXPECTED_SHAPE = "a float32 array with exactly the shape of `ratio` (elementwise, no reductions)"
 
 
-def _inputs(rng_seed: int, batch: int = BATCH):
+def probe_inputs(rng_seed: int, batch: int = BATCH) -> tuple[np.ndarray, np.ndarray]:
+    """The probes' (ratio, advantage) batch for `rng_seed`: random, with edge ratios."""
     rng = np.random.default_rng(rng_seed)
     log_ratio = rng.normal(0.0, 0.6, batch)
     # include the edges of the typical range and a few far values
@@ -114,7 +117,7 @@ def gradient_disagreements(
 
 def probes(drift: Callable, rng_seed: int) -> ProbeReport:
 
-    ratio, advantage = _inputs(rng_seed)
+    ratio, advantage = probe_inputs(rng_seed)
     shape = ratio.shape
     applied = jax.jit(lambda ratio, advantage: drift(ratio, advantage, EPSILON))
     state: dict = {}

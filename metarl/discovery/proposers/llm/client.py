@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import re
@@ -25,7 +26,10 @@ import time
 from dataclasses import dataclass
 
 from metarl.discovery.proposers.base import LLMCall
+from metarl.errors import USAGE, MetarlError
 from metarl.evaluation.text import redact_secrets, url_secrets
+
+logger = logging.getLogger(__name__)
 
 # Must be set before litellm is imported anywhere: use the bundled price map, never fetch one.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -35,8 +39,10 @@ RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529}
 _KEYLESS_OK = {"openai", "hosted_vllm", "openai_like", "lm_studio", "llamafile"}
 
 
-class LLMConfigError(ValueError):
+class LLMConfigError(MetarlError, ValueError):
     """A bad model string or option: a user error, reported in one line."""
+
+    exit_code = USAGE
 
 
 @dataclass(frozen=True)
@@ -153,6 +159,7 @@ class LLMClient:
         self.json_mode = json_mode
         self._semaphore = threading.BoundedSemaphore(max(1, int(max_concurrency)))
         self._no_json_mode: set[str] = set()  # models that rejected response_format
+        self._unpriced: set[str] = set()  # models whose unknown price was logged
         self._litellm = None
         load_env_file()
         self._check_models()
@@ -262,20 +269,30 @@ class LLMClient:
             reply=reply,
             prompt_tokens=getattr(usage, "prompt_tokens", None),
             completion_tokens=getattr(usage, "completion_tokens", None),
-            cost_usd=self._cost(response),
+            cost_usd=self._cost(model, response),
             latency_s=latency_s,
             error=error,
         )
 
-    def _cost(self, response) -> float | None:
-        """The call's price in USD, or None when the model has no known price."""
+    def _cost(self, model: str, response) -> float | None:
+        """The call's price in USD, or None when the model has no known price (logged once per
+        model: a cost budget cannot count its calls)."""
         litellm = self._lazy_litellm()
         hidden = getattr(response, "_hidden_params", None) or {}
         cost = hidden.get("response_cost")
         if cost is None:
             try:
                 cost = litellm.completion_cost(completion_response=response)
-            except Exception:  # noqa: BLE001 - unmapped model: unknown cost, not an error
+            except Exception as error:  # noqa: BLE001 - unmapped model: unknown cost, not an error
+                if model not in self._unpriced:
+                    self._unpriced.add(model)
+                    logger.warning(
+                        "no known price for %s (%s: %s): its calls' cost is unknown and not "
+                        "counted against --max-cost",
+                        model,
+                        type(error).__name__,
+                        redact_secrets(str(error), self._secrets),
+                    )
                 return None
         try:
             return float(cost)
@@ -293,7 +310,8 @@ class LLMClient:
 def _provider(litellm, model: str, api_base: str | None) -> str | None:
     try:
         return litellm.get_llm_provider(model, api_base=api_base)[1]
-    except Exception:  # noqa: BLE001
+    except Exception as error:  # noqa: BLE001 - an unknown provider: no keyless default
+        logger.debug("litellm knows no provider for %s: %s", model, error)
         return None
 
 
@@ -312,7 +330,8 @@ def _supports_json(litellm, model: str, api_base: str | None) -> bool:
             custom_llm_provider=provider,
         )
         return bool(params) and "response_format" in params
-    except Exception:  # noqa: BLE001
+    except Exception as error:  # noqa: BLE001 - unknown support: ask without JSON mode
+        logger.debug("litellm cannot say whether %s takes response_format: %s", model, error)
         return False
 
 

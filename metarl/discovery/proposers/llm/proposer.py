@@ -369,10 +369,6 @@ class LLMProposer:
             with _counter_lock:
                 self._cost += call.cost_usd
 
-    @property
-    def total_cost_usd(self) -> float:
-        return self._cost
-
 
 _counter_lock = threading.Lock()
 

@@ -8,7 +8,7 @@ Why: a long LLM discovery run archives thousands of candidates, each with its co
 outcome, its evaluations' learning curves and its LLM calls, and the report has to stay quick
 to make and small enough to open in a browser. Nothing here trains anything: the archive is
 synthetic, written in bulk in one transaction, with the rows a real run writes (checked first
-against the archive's own encoders, `store.outcome_columns` and `store.evaluation_rows`):
+against the archive's own encoders, `columns.outcome_columns` and `columns.evaluation_rows`):
 
 1. one finished discovery run (`--proposer llm`, task drift on MinAtar-like envs, four
    training envs and one held out, 4 seeds at 1e7 steps) of `--candidates` proposals after the
@@ -43,7 +43,8 @@ from pathlib import Path
 
 import plotly.offline
 
-from metarl.archives.store import Archive, evaluation_rows, outcome_columns
+from metarl.archives.columns import encode_row, evaluation_rows, outcome_columns
+from metarl.archives.store import Archive
 from metarl.evaluation.outcome import Outcome
 from metarl.platform import device_description, library_versions
 from metarl.report.page import render, write_report
@@ -304,7 +305,7 @@ def dumps(value) -> str | None:
 
 
 def candidate_columns(data: dict) -> dict:
-    """`store.outcome_columns` of the outcome `data`, encoded (as `record_candidate` writes)."""
+    """`columns.outcome_columns` of the outcome `data`, encoded (as `record_candidate` writes)."""
     passed = data["passed"]
     if passed:
         status = "passed"
@@ -336,7 +337,7 @@ def candidate_columns(data: dict) -> dict:
 
 
 def evaluations_of(data: dict, cid: str, run_id: str, purpose: str, at: str) -> list[dict]:
-    """`store.evaluation_rows` of the outcome `data`, encoded."""
+    """`columns.evaluation_rows` of the outcome `data`, encoded."""
     return [
         {
             "candidate_id": cid,
@@ -374,8 +375,8 @@ def check_encoding(archive: Archive, rng: random.Random, curves: Curves) -> None
         duplicate_of = "r1-1" if status == "duplicate" else None
         data = outcome_data(rng, curves, status, stage, 1.1, duplicate_of=duplicate_of)
         outcome = Outcome.from_dict(json.loads(json.dumps(data)))
-        expected = archive._encode("candidates", outcome_columns(outcome))
-        rows = [archive._encode("evaluations", r) for r in evaluation_rows(outcome, "c", "r", "p")]
+        expected = encode_row("candidates", outcome_columns(outcome))
+        rows = [encode_row("evaluations", r) for r in evaluation_rows(outcome, "c", "r", "p")]
         for row in rows:
             row["created_at"] = "now"
         if expected != candidate_columns(data) or rows != evaluations_of(

@@ -22,8 +22,11 @@ pre-warmed), `preload` the rest of the training stack imported while idle (gymna
 `teardown` the kill of the process group and temp-dir removal, `trace+export` the sandboxed
 tracer (the candidate's Python, its probes, jax.export, hand-off), `verify` the trainer's
 deserialisation and verification of the artifact, `probes+load` the probe stage,
-`compile` XLA compilation of the training programs, `train` the runs themselves, `other` the
-rest inside the worker (baseline/random lookups, lazy imports). Two ratios:
+`compile` XLA compilation of the training programs (the pre-flight at the training shapes
+included), `train` the runs themselves, `other` the rest inside the worker (baseline/random
+lookups, lazy imports), `checks` the integrity checks added for the second integrity round
+(artifact pre-check in a fresh worker, behaviour checks at the training sizes; part of the
+columns before it). Two ratios:
 - sandbox % = (wait + hand-off + teardown) / total: what process isolation costs;
 - fixed % = (total - train) / total: everything that is not training (compile included).
 Target (issue): fixed cost <= 20% of a classic-suite evaluation. Paste the table into
@@ -73,6 +76,9 @@ def measure(name: str, timesteps: dict, seeds: int, repeats: int) -> list[dict]:
         envs=envs,
         timeout_s=3600,
         probe_seed=0,
+        # pinned, so the baselines trained before the repeats are the ones every repeat uses
+        # (drawn seeds would train a new baseline inside the measured evaluation)
+        seed_values=list(range(seeds)),
         short_timesteps=timesteps.get(f"{name}_short"),
     )
     source = get_task("drift").seed_program("ppo_clip").source
@@ -99,6 +105,10 @@ def measure(name: str, timesteps: dict, seeds: int, repeats: int) -> list[dict]:
             trainer_s = t.get("sandbox", 0.0) - t.get("trace", 0.0)
             handoff = max(0.0, trainer_s - t.get("worker_job", trainer_s))
             other = t.get("worker_job", 0.0) - t.get("probes", 0.0) - compile_s - train_s
+            # the integrity checks of the parent and the trainer: the artifact pre-check (a
+            # fresh worker), the behaviour checks at the training sizes (in probes+load); the
+            # pre-flight at the training shapes is inside compile
+            checks = t.get("precheck", 0.0) + t.get("behaviour", 0.0)
             total = t["total"]
             rows.append(
                 dict(
@@ -118,6 +128,7 @@ def measure(name: str, timesteps: dict, seeds: int, repeats: int) -> list[dict]:
                     compile_s=compile_s,
                     train_s=train_s,
                     other_s=other,
+                    checks_s=checks,
                     total_s=total,
                     warmup_s=warmup,
                     sandbox_pct=100
@@ -199,6 +210,7 @@ def main() -> None:
         "compile",
         "train",
         "other",
+        "checks",
         "total",
         "sandbox %",
         "fixed %",
@@ -223,6 +235,7 @@ def main() -> None:
                     "compile_s",
                     "train_s",
                     "other_s",
+                    "checks_s",
                     "total_s",
                 )
             ),

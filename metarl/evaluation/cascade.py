@@ -54,7 +54,7 @@ optimizer state, or a negative drift on any minibatch, fails the stage, naming u
 workers (evaluation/sandbox.py, bubblewrap): the *tracer* runs the candidate's Python, its
 probes and `jax.export` (limit `trace_timeout_s`, 60 s: a Python or trace-time infinite loop
 stops there), and sends back an artifact (or, for `Evaluator.sample`, a drift candidate's
-values and slopes on the distillation grid: stages.sample_candidate, under the same limit); the
+values and slopes on the distillation grid: tracing.sample_candidate, under the same limit); the
 *trainer*, which never runs candidate Python,
 verifies the artifact (rl/artifact.py), probes it again on inputs the tracer never saw,
 fingerprints it and trains it (stages 3-4; limit scaled from the baseline's measured time for the
@@ -428,7 +428,7 @@ class Evaluator:
     ) -> DriftSamples:
         """A drift candidate's values and slopes on `drift_grid(points)`, sampled in a tracer.
 
-        The static check runs here; the sampling (stages.sample_candidate) runs in a sandboxed
+        The static check runs here; the sampling (tracing.sample_candidate) runs in a sandboxed
         tracer under the tracer's time limit, and every number it returns is checked here.
 
         Args:

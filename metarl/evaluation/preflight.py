@@ -11,10 +11,10 @@ the same trainer job and with its own reason, before the shared compile; the oth
 compiled and trained without it, and score as they would alone (a candidate's numbers do not
 depend on its batch).
 
-How: the call sites are found once per run config by *tracing* (not compiling) the trainer's
-own `init` and `segment` functions (`rl.behaviour.training_jaxprs`) around a trusted stand-in,
-the task's baseline program: every `call_exported` in the traced program, with its input
-shapes. Every candidate of a batch is called at the same places with the same shapes (one
+How: the call sites are the sizes the trainer's own `init` and `segment` functions call the
+task's programs with, read by *tracing* (not compiling) them around a trusted stand-in, the
+task's baseline program (`tasks.behaviour.training_sizes`, once per process and run config,
+shared with the behaviour check that runs before this: one trace serves both). Every candidate of a batch is called at the same places with the same shapes (one
 `lax.switch` passes all branches the same operands). Each candidate's forward program and VJP
 are then compiled at each distinct shape and run once, on ones.
 
@@ -39,13 +39,13 @@ from metarl.rl.artifact import (
     decode,
     encode,
     export_variants,
-    load_variants,
+    load_exported,
     verify,
 )
-from metarl.rl.behaviour import exported_call_inputs, training_jaxprs
 from metarl.rl.configs import PPOConfig
 from metarl.rl.training import BatchProgram
 from metarl.tasks import Task
+from metarl.tasks.behaviour import training_sizes
 from metarl.tasks.candidate import load_function
 from metarl.tasks.probing import describe_exception
 
@@ -101,26 +101,18 @@ def call_sites(
         RuntimeError: a traced call is to no variant of the stand-in (a trainer bug).
     """
     blobs = decode(baseline_artifact(task, platform), set(task.per_element(lambda *a: None)))
-    known = {}
-    for name, blob in blobs.items():
-        exported = _deserialize(blob)
-        known[bytes(exported.mlir_module_serialized)] = (name, False)
-        if task.element_signature.differentiable:
-            known[bytes(exported.vjp().mlir_module_serialized)] = (name, True)
-    stand_in = task.assemble(load_variants(blobs, task.element_signature, platform))
-    jaxprs = training_jaxprs(config, lambda index: task.select([stand_in], index), seeds)
-    found = [call for jaxpr in jaxprs for call in exported_call_inputs(jaxpr)]
+    variants = load_exported(blobs, task.element_signature, platform)
+    # the sizes the training program calls the task's programs with: traced once per process
+    # and (task, config, number of seeds), shared with the behaviour check (tasks/behaviour.py)
+    sizes = training_sizes(task, variants, [config], seeds)
+    signature = task.element_signature
     sites: list[CallSite] = []
-    for exported, avals in found:
-        key = bytes(exported.mlir_module_serialized)
-        if key not in known:
-            raise RuntimeError(
-                f"the trainer calls an exported program that is not the task's: {exported}"
-            )
-        variant, vjp = known[key]
-        site = CallSite(variant, vjp, tuple((tuple(a.shape), str(a.dtype)) for a in avals))
-        if site not in sites:
-            sites.append(site)
+    for (variant, role), found in sizes.items():
+        vjp = role == "vjp"
+        slots = signature.inputs + (signature.outputs if vjp else ())
+        for size in found:
+            inputs = tuple(((int(size), *shape), dtype) for shape, dtype in slots)
+            sites.append(CallSite(variant, vjp, inputs))
     return sites
 
 

@@ -192,7 +192,7 @@ CHECK_KIND = "check_artifacts"
 def run(job: dict, report) -> dict:
     """Run one job from the parent with the stage functions; its JSON-ready payload."""
     # lazy: the worker imports nothing of metarl before its rlimits are set (see main)
-    from metarl.evaluation import stages
+    from metarl.evaluation import stages, tracing
     from metarl.evaluation.settings import CascadeSettings
     from metarl.tasks import get_task
 
@@ -206,11 +206,11 @@ def run(job: dict, report) -> dict:
 
         return check_in_worker(task, job["artifacts"], job["platform"])
     if kind == "trace":
-        return stages.trace_candidate(
+        return tracing.trace_candidate(
             task, job["source"], int(job.get("probe_seed", 0)), job["platform"]
         ).to_dict()
     if kind == "sample":
-        return stages.sample_candidate(
+        return tracing.sample_candidate(
             task, job["source"], int(job["points"]), float(job["epsilon"])
         )
     settings = CascadeSettings(**job["settings"])

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from metarl.errors import USAGE, MetarlError
 from metarl.tasks.base import SeedProgram, Task
 from metarl.tasks.drift import TASK as drift
 from metarl.tasks.optimizer import TASK as optimizer
 
 
-class UnknownTask(KeyError):
-    def __str__(self) -> str:
-        return self.args[0]
+class UnknownTask(MetarlError, KeyError):
+    """A task name that is not in the registry (the message lists the known ones)."""
+
+    exit_code = USAGE
 
 
 def _registry() -> dict[str, Task]:

@@ -14,7 +14,8 @@ depend on its batch).
 How: the call sites are the sizes the trainer's own `init` and `segment` functions call the
 task's programs with, read by *tracing* (not compiling) them around a trusted stand-in, the
 task's baseline program (`tasks.behaviour.training_sizes`, once per process and run config,
-shared with the behaviour check that runs before this: one trace serves both). Every candidate of a batch is called at the same places with the same shapes (one
+shared with the behaviour check that runs before this: one trace serves both). Every
+candidate of a batch is called at the same places with the same shapes (one
 `lax.switch` passes all branches the same operands). Each candidate's forward program and VJP
 are then compiled at each distinct shape and run once, on ones.
 

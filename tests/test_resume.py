@@ -24,8 +24,9 @@ from conftest import TINY_DISCOVER, metarl_cli
 
 from metarl.archives import Archive
 from metarl.archives.queries import leaderboard
+from metarl.archives.runs import listed_runs
 
-RUN_ARGS = [*TINY_DISCOVER, "--budget", "3", "--children", "2", "--seed", "5"]
+RUN_ARGS = [*TINY_DISCOVER, "--budget", "3", "--children", "2", "--rng-seed", "5"]
 
 
 def _children(path) -> list[dict]:
@@ -140,7 +141,7 @@ def test_sigkill_then_resume_is_exact(seeded_archive, reference, metarl_cache):
     # what was archived before the kill is a prefix-consistent part of the reference run
     assert set(before) <= set(reference), f"kill seed {seed}"
     with Archive(seeded_archive, must_exist=True) as archive:
-        shown = {r["id"]: r["shown_status"] for r in archive.runs()}
+        shown = {r["id"]: r["shown_status"] for r in listed_runs(archive)}
     assert shown["r2"] in ("killed", "finished")
     runs = metarl_cli("runs", "--archive", str(seeded_archive))
     assert runs.returncode == 0

@@ -20,7 +20,14 @@ import pytest
 from conftest import invoke
 
 from metarl.archives.derived import Student, Teacher, derive, record_derived, teacher_settings
-from metarl.archives.runs import STALE_AFTER_S, LiveRun, RunSpec, live_reason, open_run
+from metarl.archives.runs import (
+    STALE_AFTER_S,
+    LiveRun,
+    RunSpec,
+    listed_runs,
+    live_reason,
+    open_run,
+)
 from metarl.archives.store import Archive, ArchiveError
 from metarl.evaluation.outcome import Outcome
 from metarl.logs import run_log_path
@@ -108,6 +115,26 @@ def test_a_run_whose_process_on_this_host_is_gone_resumes_at_once(tmp_path):
             archive, run.run_id, age_s=STALE_AFTER_S + 1, host=host, pid=os.getppid()
         )
         assert live_reason(archive, archive.get_run(run.run_id)) is None  # a hung or reused pid
+
+
+def test_runs_shows_a_run_nobody_runs_any_more_as_killed_or_stale_by_the_resume_rule(tmp_path):
+    with Archive(tmp_path / "metarl.db") as archive:
+        with open_run(archive, SPEC) as run:
+            pass
+
+        def shown() -> str:
+            (row,) = listed_runs(archive)
+            return row["shown_status"]
+
+        assert shown() == "finished"
+        _owned_by_another_session(archive, run.run_id, age_s=STALE_AFTER_S - 30)
+        assert shown() == "running"  # another host, a recent heartbeat: live
+        _owned_by_another_session(archive, run.run_id, age_s=STALE_AFTER_S + 1)
+        assert shown() == "stale"  # another host, silent: resumable, and said so
+        host = socket.gethostname()
+        _owned_by_another_session(archive, run.run_id, age_s=0, host=host, pid=_dead_pid())
+        assert shown() == "killed"
+        assert archive.get_run(run.run_id)["status"] == "running"  # listing writes nothing
 
 
 def test_a_resume_of_another_methods_run_is_refused_naming_both(tmp_path):

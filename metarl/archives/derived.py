@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple
 
+from metarl.archives.keys import eval_settings_key
+from metarl.archives.reuse import evaluate_or_reuse
 from metarl.archives.rows import candidate_row
 from metarl.archives.runs import RunSession, RunSpec, open_run
 from metarl.archives.store import Archive, ArchiveError
@@ -135,6 +137,7 @@ def record_derived(
     config: dict,
     seconds: float,
     run: RunSession | None = None,
+    cached_from: str | None = None,
 ) -> tuple[str, str]:
     """Archive one candidate derived from `teacher` as the one candidate of a run of `method`,
     and finish that run.
@@ -143,6 +146,7 @@ def record_derived(
         run: the derivation's open session (`open_derived_run`); None: a run is opened and
             finished here, around the record.
         seconds: the derivation's wall time (sampling, fit, scoring).
+        cached_from: the candidate whose evaluation `outcome` reuses (archives/reuse.py).
         (the rest: the candidate's program, outcome, scoring settings, labels and metadata,
         and the method's settings for a run opened here)
 
@@ -164,6 +168,7 @@ def record_derived(
                 config=config,
                 seconds=seconds,
                 run=opened,
+                cached_from=cached_from,
             )
     row = candidate_row(
         run_id=run.run_id,
@@ -183,6 +188,7 @@ def record_derived(
         operator=method,
         meta=meta,
     )
+    row["cached_from"] = cached_from
     cid = row["id"]
     update = {"candidates_count": True}
     if outcome.passed and outcome.fitness is not None:
@@ -253,11 +259,19 @@ def derive(
                 "%s of teacher %s: sampled on a %dx%d grid", method, teacher.id, points, points
             )
             student = fit(teacher, samples)
+            cached_from = None
             if student.code is None:
                 outcome = Outcome.failure("static", student.failure or f"{method}: no program")
             else:
                 on_status("scoring the result with the teacher's cascade settings")
-                outcome = evaluator.evaluate_batch([student.code], "drift")[0]
+                key = eval_settings_key(teacher.task, cascade, evaluation_identity())
+                (scored,) = evaluate_or_reuse(
+                    archive,
+                    lambda sources: evaluator.evaluate_batch(sources, teacher.task),
+                    [student.code],
+                    key,
+                )
+                outcome, cached_from = scored
             run_id, cid = record_derived(
                 archive,
                 method=method,
@@ -271,5 +285,6 @@ def derive(
                 config={"teacher": teacher.id, **config},
                 seconds=time.monotonic() - start,
                 run=run,
+                cached_from=cached_from,
             )
     return Derived(run_id, cid, teacher.id, teacher.fitness, outcome, student.meta)

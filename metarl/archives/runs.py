@@ -75,7 +75,8 @@ class RunSpec:
             `changeable` has a new `config`).
         config_hash: the options a resume may not change, hashed (None: not checked here).
         versions, device: the libraries and machine the run writes with.
-        proposer, mode, model, seed: the run's labels.
+        proposer, mode, model, rng_seed: the run's labels (`rng_seed`, the search's RNG seed,
+            is stored in the `runs.seed` column).
         state: the resumable state a new run starts with.
         changeable: columns a resume rewrites (budgets, a new config): written on creation too.
     """
@@ -90,7 +91,7 @@ class RunSpec:
     proposer: str | None = None
     mode: str | None = None
     model: str | None = None
-    seed: int | None = None
+    rng_seed: int | None = None
     state: dict | None = None
     changeable: dict = field(default_factory=dict)
 
@@ -107,7 +108,7 @@ class RunSpec:
             "proposer": self.proposer,
             "mode": self.mode,
             "model": self.model,
-            "seed": self.seed,
+            "seed": self.rng_seed,  # the column's name since schema version 1
             "state": self.state,
             **self.changeable,
         }
@@ -168,6 +169,36 @@ def live_reason(
         return None
     beat = f"last heartbeat {age:.0f} s ago" if age is not None else "no heartbeat recorded"
     return f"pid {pid} on {host or 'an unknown host'}, {beat}"
+
+
+def shown_status(archive: Archive, run: dict, at: datetime | None = None) -> str:
+    """What run row `run` is, for a person: its stored status, except that a "running" run
+    nobody runs any more is "killed" (its process on this host is gone) or "stale" (its
+    heartbeat, from another host or a hung process, is older than STALE_AFTER_S): the same
+    rule `open_run` resumes by.
+
+    Args:
+        archive: the archive holding the run.
+        run: its row.
+        at: the time to judge at (default now; a test's clock).
+
+    Returns:
+        "killed", "stale" or the stored status.
+    """
+    status = run.get("status") or ""
+    if status != "running" or live_reason(archive, run, at=at) is not None:
+        return status
+    if run.get("host") == socket.gethostname() and not pid_alive(run.get("pid")):
+        return "killed"
+    return "stale"
+
+
+def listed_runs(archive: Archive, at: datetime | None = None) -> list[dict]:
+    """`Archive.runs()` with each row's `shown_status` (see `shown_status`)."""
+    rows = archive.runs()
+    for row in rows:
+        row["shown_status"] = shown_status(archive, row, at)
+    return rows
 
 
 class RunSession:

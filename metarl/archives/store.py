@@ -225,15 +225,15 @@ class Archive:
         rows = self.query("SELECT * FROM runs ORDER BY seq DESC LIMIT 1")
         return decode_row("runs", rows[0]) if rows else None
 
+    def methods(self) -> list[str]:
+        """The methods (`runs.method`) this archive has runs of, sorted: the registry of methods
+        is the archive itself, so a new method needs no list to be filtered on."""
+        return [r["method"] for r in self.query("SELECT DISTINCT method FROM runs ORDER BY method")]
+
     def runs(self) -> list[dict]:
-        rows = [decode_row("runs", r) for r in self.query("SELECT * FROM runs ORDER BY seq")]
-        host = socket.gethostname()
-        for row in rows:
-            shown = row["status"]
-            if shown == "running" and row.get("host") == host and not pid_alive(row.get("pid")):
-                shown = "killed"
-            row["shown_status"] = shown
-        return rows
+        """Every run's row, oldest first, as stored (`archives.runs.listed_runs` adds what a
+        "running" row really is: live, killed or stale)."""
+        return [decode_row("runs", r) for r in self.query("SELECT * FROM runs ORDER BY seq")]
 
     # -- candidates -------------------------------------------------------------------------
 

@@ -36,6 +36,7 @@ import numpy as np
 import optax
 from evosax.algorithms import Open_ES
 
+from metarl.archives.reuse import evaluate_or_reuse
 from metarl.archives.rows import candidate_row
 from metarl.archives.runs import INTERRUPTED, RunSession, RunSpec, open_run
 from metarl.archives.store import Archive
@@ -322,7 +323,7 @@ class ESRun:
             device=self.device,
             proposer="evosax Open_ES",
             mode="es",
-            seed=self.config.rng_seed,
+            rng_seed=self.config.rng_seed,
             state=ESRunState().to_dict(),
             changeable={"max_time_s": self.config.max_time},
         )
@@ -445,9 +446,6 @@ class ESRun:
             code = self.family.source(self.mean_params(es_state), title)
         except ExportError as error:
             outcome, code = Outcome.failure("static", str(error)), None
-        else:
-            self.emit("status", {"text": f"scoring the ES mean of generation {generation}"})
-            outcome = evaluator.evaluate_batch([code], self.task)[0]
         row = candidate_row(
             run_id=self.run_id,
             seq=seq,
@@ -472,6 +470,15 @@ class ESRun:
                 "population": self.config.population,
             },
         )
+        if code is not None:
+            self.emit("status", {"text": f"scoring the ES mean of generation {generation}"})
+            (scored,) = evaluate_or_reuse(
+                self.archive,
+                lambda sources: evaluator.evaluate_batch(sources, self.task),
+                [code],
+                row["eval_key"],
+            )
+            outcome, row["cached_from"] = scored
         best = self._best_after(cid, outcome)
         self.state.exports = seq
         self.state.last_export = cid

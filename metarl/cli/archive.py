@@ -19,7 +19,6 @@ from metarl.cli.options import (
     EXPORT_FORMATS,
     LEADERBOARD_ROWS,
     LINEAGE_DEPTH,
-    METHODS,
     archive_option,
 )
 from metarl.evaluation.text import printable
@@ -90,9 +89,11 @@ def leaderboard(
     if limit < 1:
         raise UserError("--limit must be at least 1")
     _check_names(task, suite)
-    if method is not None and method not in METHODS:
-        raise UserError(f"unknown method {method!r}; methods: {', '.join(METHODS)}")
     with _open(archive) as store:
+        methods = store.methods()
+        if method is not None and method not in methods:
+            there = ", ".join(methods) or "none yet"
+            raise UserError(f"no run of method {method!r} in {archive}; methods there: {there}")
         board = rank(
             store,
             run_id=run,
@@ -132,9 +133,11 @@ def show(
 
       metarl show r2
     """
+    from metarl.archives.runs import listed_runs  # lazy: sqlite_utils, as `_open`
+
     with _open(archive) as store:
         if re.fullmatch(r"r\d+", candidate):  # a run id (never a hash prefix: those are hex)
-            run = next((r for r in store.runs() if r["id"] == candidate), None)
+            run = next((r for r in listed_runs(store) if r["id"] == candidate), None)
             if run is None:
                 store.get_run(candidate)  # ArchiveError naming the runs there are
             console.print(run_details(run, run_log_path(store.path, candidate)))
@@ -181,8 +184,10 @@ def runs(archive: str = archive_option()) -> None:
 
       metarl runs --archive results/metarl.db
     """
+    from metarl.archives.runs import listed_runs  # lazy: sqlite_utils, as `_open`
+
     with _open(archive) as store:
-        found = store.runs()
+        found = listed_runs(store)
     if not found:
         say(f"no runs in {archive}")
         return

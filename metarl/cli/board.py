@@ -19,6 +19,7 @@ RUN_STATUS_STYLES = {
     "stopped": "yellow",
     "interrupted": "yellow",
     "killed": "red",
+    "stale": "yellow",
     "failed": "red",
 }
 

@@ -22,7 +22,6 @@ LEADERBOARD_ROWS = 20  # `metarl leaderboard`
 RUN_LEADERBOARD_ROWS = 15  # the leaderboard printed after a discovery run
 LINEAGE_DEPTH = 30  # generations of ancestors `metarl lineage` shows
 EXPORT_FORMATS = ("json", "csv")
-METHODS = ("discovery", "es", "distil", "symbolic", "grpo")  # the archive's `method` values
 UNLIMITED = ("", "none", "0", "inf", "unlimited")
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
+from metarl.archives.reuse import archived_score
 from metarl.archives.store import Archive, ArchiveError, decode_outcome
 from metarl.discovery import planning, records, selection
 from metarl.discovery.batches import Batches
@@ -241,10 +242,10 @@ class DiscoveryLoop:
         if slot.duplicate_of:
             reason = f"the same program as candidate {slot.duplicate_of}"
             return Outcome.failure("dedup", reason, duplicate_of=slot.duplicate_of)
-        cached = self.archive.find_cached(row["hash"], key)
-        if cached is not None and cached["run_id"] != self.run_id:
-            row["cached_from"] = cached["id"]
-            return decode_outcome(cached)
+        scored = archived_score(self.archive, row["code"], key, exclude_run=self.run_id)
+        if scored is not None:
+            row["cached_from"] = scored.cached_from
+            return scored.outcome
         return None
 
     def _archive_child(self, row: dict, proposal: Proposal, outcome: Outcome) -> None:

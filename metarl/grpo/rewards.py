@@ -27,7 +27,8 @@ this the cheapest policy would be to echo it. A program that *behaves* like a kn
 probe batch (its fingerprint) is a duplicate too.
 
 **Cached by source hash.** A program the run has already scored is never trained again: a
-repeat gets its first verdict (the archive row says `cached_from`). The reward is thus
+repeat gets its first verdict (the archive row says `cached_from`). Nor is one that another
+run or method scored under the same evaluation key (archives/reuse.py). The reward is thus
 stationary for programs the model itself found first.
 
 **Breaking the evaluator is punished; only its own faults are left out.** A candidate that
@@ -259,6 +260,9 @@ class CascadeReward:
         record: `record(verdicts, columns, step, phase)` archives a call's completions and sets
             each verdict's `candidate_id`; None archives nothing.
         rewards: the value of each stage.
+        archived: `archived(code)` is the archive's earlier evaluation of a program under this
+            run's evaluation key, as (outcome, candidate id), or None (archives/reuse.py): a
+            program another run or method already scored is not trained again.
     """
 
     __name__ = "cascade"  # trl names the reward's logged metrics after it
@@ -271,8 +275,10 @@ class CascadeReward:
         group: int,
         record: Recorder | None = None,
         rewards: StageRewards = REWARDS,
+        archived: Callable[[str], tuple[Outcome, str | None] | None] | None = None,
     ):
         self.evaluator = evaluator
+        self.archived = archived
         self.task = task
         self.known = known
         self.group = int(group)
@@ -422,6 +428,11 @@ class CascadeReward:
                     found.thought,
                     cached_from=first.candidate_id,
                 )
+            elif (hit := self.archived(code) if self.archived else None) is not None:
+                outcome, cached_from = hit
+                verdict = self._verdict(reply, code, outcome, found.name, found.thought)
+                verdict.cached_from = cached_from
+                verdicts[position] = verdict
             else:
                 pending.setdefault(code_hash, []).append(position)
         firsts = [positions[0] for positions in pending.values()]

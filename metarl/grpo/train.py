@@ -28,6 +28,8 @@ from transformers import PreTrainedModel
 from transformers.trainer_utils import get_last_checkpoint
 from trl import GRPOConfig, GRPOTrainer
 
+from metarl.archives.keys import eval_settings_key
+from metarl.archives.reuse import Scored, archived_score
 from metarl.archives.rows import candidate_row
 from metarl.archives.runs import INTERRUPTED, RunSession, RunSpec, open_run
 from metarl.archives.store import Archive, ArchiveError, decode_outcome
@@ -162,7 +164,7 @@ class ProposerTraining:
             device=self.device,
             proposer=f"grpo:{self.name}",
             mode=METHOD,
-            seed=self.settings.rng_seed,
+            rng_seed=self.settings.rng_seed,
             state=self.state.to_dict(),
             changeable={"max_time_s": self.settings.max_time},
         )
@@ -258,6 +260,12 @@ class ProposerTraining:
             self.archive.record_candidate(row, outcome, calls=[call], run_update=update)
             verdict.candidate_id = row["id"]
 
+    def archived(self, code: str) -> Scored | None:
+        """The archive's earlier evaluation of `code` under this run's evaluation key (another
+        run's or method's), or None: the reward's `archived` lookup."""
+        key = eval_settings_key(self.task.name, self.cascade, self.versions)
+        return archived_score(self.archive, code, key, exclude_run=self.run_id)
+
     def archived_verdicts(self) -> list[Verdict]:
         """The verdicts on this run's programs scored so far (none for a new run)."""
         verdicts = []
@@ -307,6 +315,7 @@ class ProposerTraining:
                 prompt_plan.known_programs(self.archive, self.task, plan),
                 self.settings.generations,
                 record=self.record,
+                archived=self.archived,
             )
             reward.remember(self.archived_verdicts())
             heldout = prompt_plan.prompt_rows(self.archive, self.task, plan.heldout)
@@ -383,7 +392,7 @@ class ProposerTraining:
             completions=self.settings.generations,
             max_tokens=self.settings.max_completion_tokens,
             temperature=self.settings.temperature,
-            seed=self.settings.rng_seed,
+            rng_seed=self.settings.rng_seed,
             step=step,
         )
         self.state.scores[label] = score.to_dict()
@@ -402,7 +411,7 @@ class ProposerTraining:
             lr=self.settings.sft_lr,
             lora_rank=self.settings.lora_rank,
             output_dir=self.output_dir / "sft-scratch",
-            seed=self.settings.rng_seed,
+            rng_seed=self.settings.rng_seed,
         )
         save_checkpoint(network, tokenizer, self.output_dir / "sft")
         return network
@@ -526,6 +535,7 @@ def evaluate_proposers(
             prompt_plan.known_programs(archive, training.task, plan),
             settings.generations,
             record=training.record,
+            archived=training.archived,
         )
         for model in models:
             training.emit("status", f"measuring {model}")
@@ -539,7 +549,7 @@ def evaluate_proposers(
                 completions=completions or settings.generations,
                 max_tokens=settings.max_completion_tokens,
                 temperature=settings.temperature,
-                seed=settings.rng_seed,
+                rng_seed=settings.rng_seed,
             )
             scores.append(score)
             training.on_event("score", score)

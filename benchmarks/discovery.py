@@ -35,7 +35,7 @@ def run_suite(
     timesteps: int | None,
     seeds: int | None,
     workers: int,
-    seed: int,
+    rng_seed: int,
     folder: Path,
     children: int,
 ) -> dict:
@@ -51,7 +51,7 @@ def run_suite(
         timesteps=timesteps or 0,
         seeds=seeds,
         workers=workers,
-        seed=seed,
+        rng_seed=rng_seed,
         max_time=None,
         children=children,
     ).resolved()
@@ -120,7 +120,7 @@ def main(argv=None) -> int:
     parser.add_argument("--seeds", type=int, default=None, help="default: the suite's own")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--children", type=int, default=4)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rng-seed", type=int, default=0, help="RNG seed of the search")
     parser.add_argument("--keep", type=Path, default=None, help="folder to keep the archives in")
     args = parser.parse_args(argv)
 
@@ -133,7 +133,14 @@ def main(argv=None) -> int:
         print(f"{suite}: {budget} children ...", flush=True)
         results.append(
             run_suite(
-                suite, budget, timesteps, args.seeds, args.workers, args.seed, folder, args.children
+                suite,
+                budget,
+                timesteps,
+                args.seeds,
+                args.workers,
+                args.rng_seed,
+                folder,
+                args.children,
             )
         )
 

@@ -4,6 +4,7 @@ non-zero exit, never a traceback; and the read commands render a real archive.""
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 
 import pytest
@@ -421,4 +422,55 @@ def test_resume_with_config_file_is_refused(archive_path, tmp_path):
     assert_user_error(
         invoke("discover", "--resume", "r1", "--config", str(config), "--archive", archive_path),
         "cannot be combined",
+    )
+
+
+# -- the search's RNG seed is `--rng-seed` / `rng_seed`; `seed` is an older name ------------------
+
+SEED_OPTION = re.compile(r"--seed(?![\w-])")  # `--seed` itself, not `--seeds` or `--seed-values`
+
+
+@pytest.mark.parametrize("command", ["discover", "es", "distil", "symbolic", "train-proposer"])
+def test_rng_seed_option_replaces_seed(command):
+    result = invoke(command, "--help", env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "--rng-seed" in result.stdout
+    assert not SEED_OPTION.search(result.stdout), result.stdout
+
+
+def test_seed_is_not_an_alias_of_rng_seed(tmp_path):
+    result = invoke("discover", "--seed", "1", "--archive", str(tmp_path / "x.db"), "--no-live")
+    assert result.exit_code == 2 and "No such option" in result.output
+
+
+def test_old_seed_key_loads_as_rng_seed(tmp_path):
+    from metarl.cli.discover import _collect
+    from metarl.discovery.config import DiscoverConfig
+
+    assert DiscoverConfig.from_dict({"seed": 3}).rng_seed == 3
+    assert DiscoverConfig.from_dict({"seed": 3, "rng_seed": 5}).rng_seed == 5  # the new name wins
+    assert "seed" not in DiscoverConfig().to_dict()
+    config = tmp_path / "old.toml"
+    config.write_text('suite = "smoke"\nseed = 3\n')
+    assert _collect(config, {}).rng_seed == 3
+    config.write_text("seed = 3\n[discover]\nrng-seed = 4\n")
+    assert _collect(config, {}).rng_seed == 4
+    assert _collect(config, {"rng_seed": 6}).rng_seed == 6  # the command line over the file
+
+
+def test_resume_of_an_archived_config_with_the_old_seed_key(tmp_path):
+    """A run archived by an older metarl (`"seed": 3` in its config) resumes with rng_seed 3,
+    and `--rng-seed` on resume is checked against it."""
+    from metarl.cli.discover import _resume_config
+
+    path = str(tmp_path / "old.db")
+    stored = {"task": "drift", "suite": "smoke", "seeds": 1, "timesteps": 8192, "seed": 3}
+    with Archive(path) as archive:
+        archive.create_run(task="drift", suite="smoke", config=stored, state={"version": 1})
+    assert _resume_config(path, "r1", {"budget": 4}, {}).rng_seed == 3
+    assert _resume_config(path, "r1", {}, {"rng_seed": 3}).rng_seed == 3
+    assert_user_error(
+        invoke("discover", "--resume", "r1", "--rng-seed", "4", "--archive", path, "--no-live"),
+        "rng_seed",
+        "cannot change on resume",
     )

@@ -109,7 +109,7 @@ def environment(seeded_archive, metarl_cache):
             evaluator, TASK, prompt_plan.known_programs(archive, TASK, plan), group=1
         )
         rows = prompt_plan.prompt_rows(archive, TASK, plan.train)
-        yield DiscoveryEnv(reward, rows, attempts=2, seed=0)
+        yield DiscoveryEnv(reward, rows, attempts=2, rng_seed=0)
 
 
 def test_the_environment_runs_a_trial_of_attempts_with_the_evaluators_feedback(environment):

@@ -100,7 +100,7 @@ def test_json_mode_requested_and_dropped_when_refused(server):
 
 
 def test_ensemble_choice_weighted_reproducible_and_recorded(server):
-    c = client(server, ["openai/big:3", "openai/small:1"], seed=7)
+    c = client(server, ["openai/big:3", "openai/small:1"], rng_seed=7)
     picks = [c.choose_model(request_seed=r) for r in range(400)]
     assert picks == [c.choose_model(request_seed=r) for r in range(400)]
     assert 0.65 < picks.count("openai/big") / 400 < 0.85

@@ -51,9 +51,9 @@ PARENT = ParentInfo(id="c-ppo", code=PPO, name="ppo_clip", fitness=1.0, outcome=
 OTHER = ParentInfo(id="c-lpo", code=LPO, name="lpo", fitness=1.05, outcome=passed(1.05))
 
 
-def request(parents=(PARENT,), seed=0, best=None):
+def request(parents=(PARENT,), rng_seed=0, best=None):
     return ProposalRequest(
-        task=TASK, parents=list(parents), inspirations=[], best=best, rng_seed=seed
+        task=TASK, parents=list(parents), inspirations=[], best=best, rng_seed=rng_seed
     )
 
 
@@ -169,7 +169,7 @@ def test_diff_that_does_not_apply_falls_back(server):
     server.push(
         diff_reply("    return something_else", "    return 0"), reply(PPO.replace("relu", "elu"))
     )
-    result = proposer(server, edit_forms={"diff": 1.0}).propose(request(seed=1))
+    result = proposer(server, edit_forms={"diff": 1.0}).propose(request(rng_seed=1))
     assert result.operator == "rewrite" and "elu" in result.code and len(result.calls) == 2
     repair = server.requests[-1]["messages"][-1]["content"]
     assert "does not match" in repair and "complete program" in repair
@@ -184,9 +184,9 @@ def test_crossover_of_two_parents(server):
 
 def test_ensemble_choice_recorded(server):
     p = build_llm_proposer(
-        {"models": ["openai/big:1", "openai/small:1"], "api_base": server.api_base, "seed": 3}
+        {"models": ["openai/big:1", "openai/small:1"], "api_base": server.api_base, "rng_seed": 3}
     )
-    models = {p.propose(request(seed=s)).proposer for s in range(8)}
+    models = {p.propose(request(rng_seed=s)).proposer for s in range(8)}
     assert models == {"llm:openai/big", "llm:openai/small"}
     assert {r["model"] for r in server.requests} == {"big", "small"}
 
@@ -210,7 +210,7 @@ def numbered_replies(payload):
 def run_rounds(p, outcomes, start=0):
     archived, sent = [], []
     for i, outcome in enumerate(outcomes, start=start):
-        result = p.propose(request(seed=i, best=OTHER))
+        result = p.propose(request(rng_seed=i, best=OTHER))
         p.feedback(result, outcome, f"cand-{i}")
         archived += p.drain_messages()
         sent.append(result.calls[-1].prompt if result.calls else None)
@@ -296,7 +296,7 @@ def test_conversation_unusable_reply_is_told_and_continues():
         p.feedback(result, failed("static", result.failure), "cand-x")
         messages = p.drain_messages()
         assert messages[-1]["role"] == "user" and "could not be used" in messages[-1]["content"]
-        result = p.propose(request(seed=1))
+        result = p.propose(request(rng_seed=1))
         assert result.code is not None
         assert server.requests[-1]["messages"][-1]["content"] == messages[-1]["content"]
 
@@ -308,7 +308,7 @@ def test_conversation_resume_mid_generation_then_feedback():
     with ScriptedLLMServer(responder=numbered_replies) as server:
         first = proposer(server, mode="conversation")
         archived, _ = run_rounds(first, [passed(0.9)])
-        pending = first.propose(request(seed=1, best=OTHER))
+        pending = first.propose(request(rng_seed=1, best=OTHER))
         plan_messages = first.drain_messages()
         state = json.loads(json.dumps(first.get_state()))
 
@@ -320,15 +320,15 @@ def test_conversation_resume_mid_generation_then_feedback():
         assert len(feedback) == 1 and "cand-1" in feedback[0]["content"]
         assert "Propose the next program" in feedback[0]["content"]
         assert "+0.500" in feedback[0]["content"]  # compared with cand-0 (0.9)
-        resumed.propose(request(seed=2, best=OTHER))
+        resumed.propose(request(rng_seed=2, best=OTHER))
         assert len(server.requests[-1]["messages"]) == 6
 
 
 def test_conversation_duplicate_is_told_on_repropose():
     with ScriptedLLMServer(responder=numbered_replies) as server:
         p = proposer(server, mode="conversation")
-        p.propose(request(seed=0))
-        p.propose(request(seed=1))  # the loop re-asks: the first program was a duplicate
+        p.propose(request(rng_seed=0))
+        p.propose(request(rng_seed=1))  # the loop re-asks: the first program was a duplicate
         assert "not evaluated" in server.requests[-1]["messages"][-1]["content"]
 
 

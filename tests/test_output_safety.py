@@ -133,8 +133,8 @@ def test_redact_url_hides_userinfo_and_secret_parameters(url, redacted):
             "Connection error to http://***@127.0.0.1:9/v1?api_key=***.",
         ),
         (
-            f"DiscoverConfig(api_base='http://u:{PASSWORD}@h/v1', seed=0)",
-            "DiscoverConfig(api_base='http://***@h/v1', seed=0)",
+            f"DiscoverConfig(api_base='http://u:{PASSWORD}@h/v1', rng_seed=0)",
+            "DiscoverConfig(api_base='http://***@h/v1', rng_seed=0)",
         ),
         ('{"api_base": "http://u:pw@h/v1"}', '{"api_base": "http://***@h/v1"}'),
         # code's keyword arguments are not URL parameters
@@ -202,7 +202,7 @@ def test_error_lines_show_quoted_candidate_text_inert():
 def test_the_archive_stores_run_configs_and_errors_without_credentials(tmp_path):
     url = f"http://alice:{PASSWORD}@127.0.0.1:8000/v1?api_key={KEY}"
     with Archive(tmp_path / "a.db") as store:
-        run = store.create_run(task="drift", suite="smoke", config={"api_base": url, "seed": 0})
+        run = store.create_run(task="drift", suite="smoke", config={"api_base": url, "rng_seed": 0})
         store.update_run(run, config={"api_base": url, "budget": 3}, error=f"failed at {url}")
         store.record_candidate(
             {"id": f"{run}-0", "run_id": run, "seq": 0, "task": "drift", "suite": "smoke"},

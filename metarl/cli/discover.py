@@ -88,7 +88,7 @@ def discover(
         "--devices",
         help="GPUs to pin local workers to, one each: 0,1,2,3 (CUDA_VISIBLE_DEVICES values).",
     ),
-    seed: Optional[int] = typer.Option(None, "--seed", help="RNG seed of the search."),
+    rng_seed: Optional[int] = typer.Option(None, "--rng-seed", help="RNG seed of the search."),
     config_file: Optional[Path] = typer.Option(
         None, "--config", help="TOML file with defaults for these options."
     ),
@@ -166,7 +166,7 @@ def discover(
 
       metarl discover --suite smoke --budget 5
 
-      metarl discover --budget 40 --max-time 1h --workers 2 --seed 1
+      metarl discover --budget 40 --max-time 1h --workers 2 --rng-seed 1
 
       metarl discover --suite minatar --devices 0,1,2,3
 
@@ -203,7 +203,7 @@ def discover(
         "task": task,
         "suite": suite,
         "proposer": proposer,
-        "seed": seed,
+        "rng_seed": rng_seed,
         "seeds": seeds,
         "seed_values": parse_seed_values(seed_values),
         "timesteps": timesteps,
@@ -326,11 +326,11 @@ def _resume_config(archive_path: str, run_id: str, overrides: dict, fixed: dict)
     """
     # lazy: the discovery config imports jax; `metarl --help` and the archive commands stay fast
     from metarl.archives.store import Archive
-    from metarl.discovery.config import ConfigError, DiscoverConfig
+    from metarl.discovery.config import ConfigError, DiscoverConfig, upgrade_keys
 
     with Archive(archive_path, must_exist=True) as archive:
         run = archive.get_run(run_id)
-    stored = run.get("config") or {}
+    stored = upgrade_keys(run.get("config") or {})  # an older metarl's names (`seed`) too
     for key, value in fixed.items():
         if value is not None and value != [] and stored.get(key) != value:
             raise ConfigError(

@@ -82,7 +82,9 @@ def train_proposer(
     heldout_prompts: Optional[int] = typer.Option(
         None, "--heldout-prompts", help="Prompts kept out of training to measure the proposer."
     ),
-    rng_seed: Optional[int] = typer.Option(None, "--seed", help="Seed of data order and sampling."),
+    rng_seed: Optional[int] = typer.Option(
+        None, "--rng-seed", help="RNG seed of data order and sampling."
+    ),
     vllm: Optional[bool] = typer.Option(
         None, "--vllm/--no-vllm", help="Generate with vllm (a GPU); default transformers."
     ),

@@ -58,7 +58,7 @@ def es(
     export_every: Optional[int] = typer.Option(
         None, "--export-every", help="Score the ES mean every this many generations."
     ),
-    rng_seed: Optional[int] = typer.Option(None, "--seed", help="RNG seed of the search."),
+    rng_seed: Optional[int] = typer.Option(None, "--rng-seed", help="RNG seed of the search."),
     heldout: Optional[bool] = typer.Option(
         None, "--heldout/--no-heldout", help="Score the exports' held-out environments."
     ),
@@ -206,7 +206,7 @@ def distil(
         None, "--objective", help="slope (match d drift/dr, the paper's), value or both."
     ),
     points: Optional[int] = typer.Option(None, "--points", help="Grid points per axis."),
-    rng_seed: Optional[int] = typer.Option(None, "--seed", help="RNG seed of the fit."),
+    rng_seed: Optional[int] = typer.Option(None, "--rng-seed", help="RNG seed of the fit."),
     seed_values: Optional[str] = seed_values_option(),
     archive: str = archive_option(),
     verbose: bool = verbose_option(),
@@ -249,7 +249,7 @@ def symbolic(
     generations: Optional[int] = typer.Option(None, "--generations", help="GP generations."),
     search_time: Optional[int] = typer.Option(None, "--search-time", help="Search seconds."),
     backend: Optional[str] = typer.Option(None, "--backend", help="operon or pysr."),
-    rng_seed: Optional[int] = typer.Option(None, "--seed", help="RNG seed of the search."),
+    rng_seed: Optional[int] = typer.Option(None, "--rng-seed", help="RNG seed of the search."),
     seed_values: Optional[str] = seed_values_option(),
     archive: str = archive_option(),
     verbose: bool = verbose_option(),

@@ -65,7 +65,7 @@ class DiscoverConfig:
     executor: str = "local"
     ray_address: str | None = None
     devices: list[str] = field(default_factory=list)
-    seed: int = 0
+    rng_seed: int = 0  # the search's RNG seed (`--rng-seed`): selection, proposals, LLM choice
     seeds: int | None = 2  # training seeds per evaluation; None: the suite's default
     # pinned training seed values (`--seed-values 0,1`; recorded); None: drawn per batch from
     # the run's secret pool (evaluation/seeds.py)
@@ -177,8 +177,26 @@ class DiscoverConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> "DiscoverConfig":
+        """The config of options `data` (an archived run's, or collected ones): unknown keys
+        are ignored, and keys written by an older metarl are renamed (`upgrade_keys`)."""
         known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        return cls(**{k: v for k, v in upgrade_keys(data).items() if k in known})
+
+
+# keys an older metarl wrote, archived in runs' configs and found in users' TOML files -> their
+# name now; the old name is read only when the new one is absent
+RENAMED = {"seed": "rng_seed"}  # the search's RNG seed (not the training seeds, `seeds`)
+
+
+def upgrade_keys(data: dict) -> dict:
+    """A copy of options `data` with the keys of `RENAMED` under their new name (an old key
+    is dropped when the new one is present too), so an old archive's run still resumes."""
+    out = dict(data)
+    for old, new in RENAMED.items():
+        if old in out:
+            value = out.pop(old)
+            out.setdefault(new, value)
+    return out
 
 
 FIELD_TYPES = {f.name: f.type for f in dataclasses.fields(DiscoverConfig)}
@@ -239,6 +257,10 @@ def load_config_file(path: str | Path) -> dict:
     for key, value in merged.items():
         name = key.replace("-", "_")
         name = ALIASES.get(name, name)
+        if name in RENAMED:
+            if RENAMED[name] in merged or RENAMED[name].replace("_", "-") in merged:
+                continue  # the new name wins
+            name = RENAMED[name]
         if name not in FIELD_TYPES:
             close = [f for f in FIELD_TYPES if f.startswith(name[:3])]
             hint = f" (did you mean {close[0]!r}?)" if close else ""

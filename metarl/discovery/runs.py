@@ -60,7 +60,7 @@ class RunBook:
         self.proposer = proposer
         self.run_id = session.run_id
         self.state: RunState = state
-        self.rng: np.random.Generator = selection.rng_from_state(state.rng, config.seed)
+        self.rng: np.random.Generator = selection.rng_from_state(state.rng, config.rng_seed)
         self._elapsed_base = float(state.elapsed_s)
         self._session_start = time.monotonic()
 
@@ -93,7 +93,7 @@ class RunBook:
             proposer=getattr(proposer, "name", config.proposer),
             model=",".join(config.models) or None,
             mode=config.mode,
-            seed=config.seed,
+            rng_seed=config.rng_seed,
             state=RunState().to_dict(),
             changeable={"config": config.to_dict(), **_budgets(config)},
         )

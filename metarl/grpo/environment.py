@@ -47,13 +47,13 @@ class DiscoveryEnv:
         reward: the reward that judges (and archives) each program.
         rows: prompt rows (grpo.prompts.prompt_rows): chat `prompt` plus archive columns.
         attempts: programs per trial (1: single-turn).
-        seed: which prompt each reset draws.
+        rng_seed: which prompt each reset draws.
     """
 
     reward: CascadeReward
     rows: list[dict]
     attempts: int = 1
-    seed: int = 0
+    rng_seed: int = 0
     step_count: int = 0  # the trainer's step, recorded with each program
     _rng: random.Random = field(init=False, repr=False)
     _row: dict | None = field(default=None, init=False, repr=False)
@@ -67,10 +67,11 @@ class DiscoveryEnv:
             raise ValueError("DiscoveryEnv needs at least one prompt row")
         if self.attempts < 1:
             raise ValueError("attempts must be at least 1")
-        self._rng = random.Random(self.seed)
+        self._rng = random.Random(self.rng_seed)
 
     def reset(self, seed: int | None = None) -> list[dict[str, str]]:
-        """Start a trial: a prompt drawn from the rows; its chat messages."""
+        """Start a trial: a prompt drawn from the rows; its chat messages. `seed` (the
+        environment protocol's name for an RNG seed) restarts the draws from it."""
         if seed is not None:
             self._rng = random.Random(seed)
         self._row = self._rng.choice(self.rows)

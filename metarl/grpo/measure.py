@@ -107,7 +107,7 @@ def measure_proposer(
     completions: int,
     max_tokens: int,
     temperature: float,
-    seed: int,
+    rng_seed: int,
     step: int = 0,
 ) -> ProposerScore:
     """Sample `completions` replies to each prompt row and score them all in one batch.
@@ -119,7 +119,8 @@ def measure_proposer(
         label: the measurement's name (the archive's phase).
         completions: replies per prompt.
         max_tokens, temperature: sampling, as in training.
-        seed: prompt i is sampled with torch seed `seed + i` (the same draws for every model).
+        rng_seed: prompt i is sampled with torch seed `rng_seed + i` (the same draws for every
+            model).
         step: the optimiser steps behind `network`.
 
     Returns:
@@ -133,7 +134,13 @@ def measure_proposer(
     for index, row in enumerate(rows):
         begun = time.perf_counter()
         texts, lengths = sample_replies(
-            network, tokenizer, row["prompt"], completions, max_tokens, temperature, seed + index
+            network,
+            tokenizer,
+            row["prompt"],
+            completions,
+            max_tokens,
+            temperature,
+            rng_seed + index,
         )
         generate_s += time.perf_counter() - begun
         replies += texts

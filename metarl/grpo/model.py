@@ -115,7 +115,7 @@ def sample_replies(
     count: int,
     max_tokens: int,
     temperature: float,
-    seed: int,
+    rng_seed: int,
 ) -> tuple[list[str], list[int]]:
     """`count` sampled replies to a chat prompt and each one's length in tokens.
 
@@ -125,14 +125,14 @@ def sample_replies(
         count: replies to sample.
         max_tokens: the most tokens of each reply.
         temperature: sampling temperature.
-        seed: torch's generator seed for this prompt (a measurement can be repeated).
+        rng_seed: torch's generator seed for this prompt (a measurement can be repeated).
     """
     encoded = tokenizer.apply_chat_template(
         messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
     )
     device = next(network.parameters()).device
     input_ids = encoded["input_ids"].to(device)
-    torch.manual_seed(seed)
+    torch.manual_seed(rng_seed)
     output = network.generate(
         input_ids,
         attention_mask=encoded["attention_mask"].to(device),

@@ -32,7 +32,7 @@ def warm_start(
     lr: float,
     lora_rank: int,
     output_dir: Path,
-    seed: int,
+    rng_seed: int,
 ) -> PreTrainedModel:
     """`steps` supervised steps (completion-only loss) on `rows`; the merged model.
 
@@ -43,7 +43,7 @@ def warm_start(
         lr: the LoRA learning rate.
         lora_rank: the adapter's rank.
         output_dir: trl's scratch directory (nothing is kept there).
-        seed: the data order's and the adapter's seed.
+        rng_seed: the data order's and the adapter's RNG seed.
 
     Returns:
         The warm-started model with the adapter merged.
@@ -62,7 +62,7 @@ def warm_start(
         logging_steps=max(1, steps // 5),
         save_strategy="no",
         report_to="none",
-        seed=seed,
+        seed=rng_seed,  # trl's name
         disable_tqdm=True,
     )
     trainer = SFTTrainer(

@@ -67,7 +67,7 @@ def bootstrap_interval(
     *,
     resamples: int = BOOTSTRAP_RESAMPLES,
     confidence: float = BOOTSTRAP_CONFIDENCE,
-    seed: int = BOOTSTRAP_SEED,
+    rng_seed: int = BOOTSTRAP_SEED,
 ) -> tuple[float, float] | None:
     """Percentile-bootstrap interval of the mean over environments of the mean over seeds.
 
@@ -87,7 +87,7 @@ def bootstrap_interval(
     arrays = [np.asarray(values, dtype=float) for values in per_seed]
     if not arrays or any(a.ndim != 1 or a.size < 2 or not np.all(np.isfinite(a)) for a in arrays):
         return None
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(rng_seed)
     sizes = {a.size for a in arrays}
     if len(sizes) == 1:
         n = sizes.pop()

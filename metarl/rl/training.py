@@ -216,7 +216,7 @@ def run_training(config: PPOConfig, components: Components, seeds: Sequence[int]
 
 
 @lru_cache(maxsize=None)
-def random_policy_return(env_name: str, episodes: int = 64, seed: int = 0) -> float:
+def random_policy_return(env_name: str, episodes: int = 64, rng_seed: int = 0) -> float:
     """Mean episodic return of the uniform random policy, computed in JAX (cheap; memoised)."""
     env = make_env(env_name)
     horizon = env.max_steps or 1000
@@ -239,5 +239,5 @@ def random_policy_return(env_name: str, episodes: int = 64, seed: int = 0) -> fl
         )
         return total
 
-    keys = jax.random.split(jax.random.PRNGKey(seed), episodes)
+    keys = jax.random.split(jax.random.PRNGKey(rng_seed), episodes)
     return float(jnp.mean(jax.jit(jax.vmap(episode))(keys)))

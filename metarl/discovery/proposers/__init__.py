@@ -51,7 +51,7 @@ def _llm(config) -> Any:
         "timeout_s": config.llm_timeout,
         "max_concurrency": config.max_concurrency,
         "temperature": config.temperature,
-        "seed": config.seed,
+        "rng_seed": config.rng_seed,
     }
     return build_llm_proposer({k: v for k, v in options.items() if v is not None})
 

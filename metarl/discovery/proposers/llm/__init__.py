@@ -8,7 +8,7 @@ is only loaded when an LLM is asked for). Options, all optional but `models`:
   `python -m metarl.discovery.proposers.llm.local_server`), or None
 - mode: "population" (one prompt per child) or "conversation" (one growing dialogue)
 - timeout_s, max_retries, max_concurrency, temperature, max_tokens
-- seed: the ensemble's and edit forms' randomness (resumable through get_state/set_state)
+- rng_seed: the ensemble's and edit forms' randomness (resumable through get_state/set_state)
 - history_token_budget: conversation mode's budget before the history is summarised
 - edit_forms: {"rewrite": w, "diff": w} for one-parent requests
 - repair_rounds: round-trips that send a parse problem back to the model (1)
@@ -29,7 +29,7 @@ DEFAULTS = {
     "max_concurrency": 4,
     "temperature": 0.8,
     "max_tokens": 4096,
-    "seed": 0,
+    "rng_seed": 0,
     "history_token_budget": 16000,
     "edit_forms": None,
     "repair_rounds": 1,
@@ -60,7 +60,7 @@ def build_llm_proposer(options: dict) -> LLMProposer:
         max_concurrency=int(opts["max_concurrency"]),
         temperature=float(opts["temperature"]),
         max_tokens=int(opts["max_tokens"]) if opts["max_tokens"] else None,
-        seed=int(opts["seed"]),
+        rng_seed=int(opts["rng_seed"]),
     )
     return LLMProposer(
         client,
@@ -68,7 +68,7 @@ def build_llm_proposer(options: dict) -> LLMProposer:
         edit_forms=opts["edit_forms"],
         history_token_budget=int(opts["history_token_budget"]),
         repair_rounds=int(opts["repair_rounds"]),
-        seed=int(opts["seed"]),
+        rng_seed=int(opts["rng_seed"]),
     )
 
 

@@ -12,7 +12,7 @@
 - Tokens and cost per call; cost uses litellm's bundled price map offline
   (`LITELLM_LOCAL_MODEL_COST_MAP=True`) and is `None` ("unknown") for unpriced models.
 - Several models with weights (an ensemble); the model of each call is drawn reproducibly
-  from (seed, request seed, attempt) and recorded in the call.
+  from (rng_seed, request seed, attempt) and recorded in the call.
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ class LLMClient:
         max_concurrency: int = 4,
         temperature: float = 0.8,
         max_tokens: int | None = 4096,
-        seed: int = 0,
+        rng_seed: int = 0,
         backoff_base_s: float = 1.0,
         backoff_max_s: float = 60.0,
         json_mode: bool = True,
@@ -153,7 +153,7 @@ class LLMClient:
         self.max_retries = int(max_retries)
         self.temperature = temperature
         self.max_tokens = max_tokens
-        self.seed = int(seed)
+        self.rng_seed = int(rng_seed)
         self.backoff_base_s = backoff_base_s
         self.backoff_max_s = backoff_max_s
         self.json_mode = json_mode
@@ -168,7 +168,7 @@ class LLMClient:
     def choose_model(self, request_seed: int = 0, attempt: int = 0) -> str:
         if len(self.models) == 1:
             return self.models[0].model
-        rng = random.Random(f"{self.seed}:{request_seed}:{attempt}")
+        rng = random.Random(f"{self.rng_seed}:{request_seed}:{attempt}")
         weights = [m.weight for m in self.models]
         return rng.choices([m.model for m in self.models], weights=weights, k=1)[0]
 

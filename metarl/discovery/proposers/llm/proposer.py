@@ -48,7 +48,7 @@ class LLMProposer:
         edit_forms: dict[str, float] | None = None,
         history_token_budget: int = 16000,
         repair_rounds: int = 1,
-        seed: int = 0,
+        rng_seed: int = 0,
     ):
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; choose one of: {', '.join(MODES)}")
@@ -57,7 +57,7 @@ class LLMProposer:
         self.edit_forms = edit_forms or {"rewrite": 0.5, "diff": 0.5}
         self.history_token_budget = int(history_token_budget)
         self.repair_rounds = int(repair_rounds)
-        self.seed = int(seed)
+        self.rng_seed = int(rng_seed)
         models = [m.model for m in client.models]
         self.name = "llm:" + "+".join(models)
         self._lock = threading.Lock()
@@ -90,7 +90,7 @@ class LLMProposer:
         with self._lock:
             return {
                 "mode": self.mode,
-                "seed": self.seed,
+                "rng_seed": self.rng_seed,
                 "calls": self._calls,
                 "cost_usd": self._cost,
                 "last": self._last,
@@ -126,7 +126,7 @@ class LLMProposer:
     # -- population ------------------------------------------------------------------------
     def _propose_population(self, request: ProposalRequest) -> Proposal:
         task = request.task
-        rng = random.Random(f"{self.seed}:{request.rng_seed}:form")
+        rng = random.Random(f"{self.rng_seed}:{request.rng_seed}:form")
         parents = request.parents
         if len(parents) >= 2:
             operator = "crossover"

@@ -16,4 +16,9 @@ fi
 # lint and format are part of the tests (ruff settings in pyproject.toml)
 .venv/bin/ruff check metarl tests benchmarks
 .venv/bin/ruff format --check --quiet metarl tests benchmarks
-exec .venv/bin/python -m pytest "$@"
+# Test files run in parallel, one file per worker process (its module fixtures are shared by
+# its tests): as many workers as cores, at most 4 (each holds a JAX runtime and its sandboxes);
+# METARL_TEST_WORKERS=0 runs them in this process. Measured: benchmarks/RESULTS.md.
+workers="${METARL_TEST_WORKERS:-$(nproc 2>/dev/null || echo 2)}"
+[ "$workers" -gt 4 ] && workers=4
+exec .venv/bin/python -m pytest -n "$workers" --dist loadfile "$@"

@@ -168,6 +168,7 @@ def scores(outcome) -> tuple:
     )
 
 
+@pytest.mark.slow  # end to end: each honest candidate trained alone and in the batch (~80 s)
 def test_a_batch_breaker_fails_alone_in_the_same_trainer_job_and_the_others_score_as_alone(
     evaluator, alone
 ):
@@ -190,6 +191,7 @@ def test_a_batch_breaker_fails_alone_in_the_same_trainer_job_and_the_others_scor
             assert outcome.sandbox["batch"]["size"] == 4
 
 
+@pytest.mark.slow  # end to end: waits out the hang's own limit (~65 s)
 def test_a_training_only_hang_is_stopped_at_its_own_limit_once_and_the_others_score_as_alone(
     evaluator, alone
 ):

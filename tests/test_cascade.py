@@ -253,6 +253,7 @@ def optimizer(grad, param, momentum, state, step, progress, lr):
 """
 
 
+@pytest.mark.slow  # end to end: a killed trainer, then each candidate again (~50 s)
 def test_a_batch_isolates_a_candidate_that_kills_its_trainer_and_scores_the_others():
     settings = CascadeSettings(
         **{**BASE, "train_timeout_floor_s": 20.0, "train_timeout_factor": 1.0, "memory_mb": 4096}

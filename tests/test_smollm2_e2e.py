@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.llm  # a real language model on CPU: minutes
 
 for _module in ("torch", "transformers", "gguf", "accelerate"):
     pytest.importorskip(_module)

@@ -1,0 +1,381 @@
+"""Statistics for selection that generalises: aggregate scores, and comparisons between
+candidates, with intervals over training seeds.
+
+Why: a discovery loop evaluates many candidates on a few seeds and keeps the best. The best of
+many noisy scores is biased upwards (the winner's curse): a candidate that drew lucky seeds
+beats the incumbent on its point estimate and then fails to repeat it. Selection should
+replace an incumbent only when the improvement survives the seed-to-seed spread, and should
+spend fresh seeds where the answer is still open. This module gives the numbers for that,
+following Agarwal et al. 2021, "Deep reinforcement learning at the edge of the statistical
+precipice" (NeurIPS), through their library rliable:
+
+- the interquartile mean (IQM) over all runs and tasks: robust to a few outlier runs (unlike
+  the mean) yet using half the data (unlike the median);
+- stratified bootstrap confidence intervals: runs are resampled with replacement *within each
+  task*, so every resample keeps the suite's tasks and only the seeds vary; the interval
+  measures what a repeat of the experiment with other seeds on the same tasks could give;
+- the probability of improvement P(X > Y): for each task, the chance that a run of X scores
+  above a run of Y (the Mann-Whitney U statistic over all run pairs, ties counted 1/2,
+  divided by the number of pairs), averaged over tasks. It asks "how often is X better",
+  not "by how much", so one task with a large scale cannot dominate the decision.
+
+Conventions. A score matrix is a (runs x tasks) array of normalised scores
+(`metarl.rl.scoring`): row i is training seed i, column t is environment t, rliable's
+layout. Every score must be finite: a NaN or infinite score raises ValueError naming where it
+is, rather than being dropped, since dropping would silently give tasks different numbers of
+runs (an environment whose normalised score is undefined should be left out whole, as a
+column). An interval needs at least two runs: with one run per task there is no spread to
+resample and a zero-width interval would claim certainty, so `low` and `high` are None.
+
+The point estimates are rliable's own (`rliable.metrics.aggregate_iqm`,
+`rliable.metrics.probability_of_improvement`). The bootstrap is rliable's stratified
+bootstrap with percentile intervals (`rliable.library.StratifiedBootstrap` for IQM,
+`StratifiedIndependentBootstrap` for PoI, `get_interval_estimates(method="percentile")`),
+re-implemented here, vectorised, for two reasons: `rliable.library` imports arch < 8, which
+fails to import under pandas 3 (arch 7.2 calls pandas' `deprecate_kwarg` with its pre-3.0
+signature), and rliable 1.2 draws its resampling indices from numpy's global random state
+whatever `random_state` it is given, so its intervals are not reproducible from a seed
+argument. Here the resampling takes an explicit seed with a fixed default (the one
+`metarl.rl.scoring` uses): the same archived numbers always give the same interval.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, NamedTuple, TypeAlias
+
+import numpy as np
+import rliable.metrics
+import scipy.stats
+
+from metarl.rl.scoring import BOOTSTRAP_CONFIDENCE, BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED
+
+# (runs x tasks) normalised scores; anything `np.asarray` makes into that shape is accepted
+ScoreMatrix: TypeAlias = np.ndarray
+
+# What a comparison or a race can conclude about a challenger against the incumbent
+BETTER, WORSE, UNDECIDED, TIE = "better", "worse", "undecided", "tie"
+VERDICTS = (BETTER, WORSE, UNDECIDED, TIE)
+
+# P(X > Y) when X and Y are indistinguishable; a significant improvement excludes it
+NO_IMPROVEMENT = 0.5
+
+
+class Estimate(NamedTuple):
+    """A point estimate and its bootstrap confidence interval; `low` and `high` are None when
+    there is nothing to resample (a single run)."""
+
+    point: float
+    low: float | None
+    high: float | None
+
+
+class Comparison(NamedTuple):
+    """A challenger against an incumbent: P(challenger > incumbent) with its interval, and
+    what it concludes (`verdict`): BETTER, WORSE or UNDECIDED."""
+
+    poi: Estimate
+    verdict: str
+
+
+class RaceDecision(NamedTuple):
+    """One round of a race: for each contender (in the order given) its verdict (one of
+    VERDICTS) and its probability of improvement over the incumbent."""
+
+    verdicts: dict[str, str]
+    poi: dict[str, Estimate]
+
+    @property
+    def to_run(self) -> list[str]:
+        """The contenders that need more seeds (verdict UNDECIDED)."""
+        return [name for name, verdict in self.verdicts.items() if verdict == UNDECIDED]
+
+
+def score_matrix(scores, what: str = "scores") -> ScoreMatrix:
+    """`scores` as a (runs x tasks) float array, checked.
+
+    Args:
+        scores: a (runs x tasks) array-like of normalised scores.
+        what: its name in error messages.
+
+    Returns:
+        The float array.
+
+    Raises:
+        ValueError: not two-dimensional, no runs or no tasks, or a non-finite score (named
+            by run and task).
+    """
+    matrix = np.asarray(scores, dtype=float)
+    if matrix.ndim != 2:
+        raise ValueError(
+            f"{what} has shape {matrix.shape}, not (runs, tasks); for one task's runs use "
+            "np.reshape(values, (-1, 1))"
+        )
+    if matrix.shape[0] == 0 or matrix.shape[1] == 0:
+        raise ValueError(f"{what} has shape {matrix.shape}: it needs a run and a task at least")
+    bad = np.argwhere(~np.isfinite(matrix))
+    if bad.size:
+        run, task = bad[0]
+        raise ValueError(
+            f"{what} has {len(bad)} non-finite score(s), the first {matrix[run, task]} at run "
+            f"{run}, task {task}: leave out a task whose score is undefined, or the run"
+        )
+    return matrix
+
+
+def from_per_task(per_task) -> ScoreMatrix:
+    """A score matrix from per-task lists of per-run scores, `scoring.bootstrap_interval`'s
+    layout (`per_task[t][i]` is task t's score with run i): the transpose, checked.
+
+    Args:
+        per_task: one sequence of per-run scores per task, all of the same length.
+
+    Returns:
+        The (runs x tasks) matrix.
+
+    Raises:
+        ValueError: tasks with different numbers of runs, or as `score_matrix`.
+    """
+    lengths = {len(values) for values in per_task}
+    if len(lengths) > 1:
+        raise ValueError(f"tasks have different numbers of runs: {sorted(lengths)}")
+    return score_matrix(np.asarray(per_task, dtype=float).T)
+
+
+def iqm_interval(
+    scores: ScoreMatrix,
+    *,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    confidence: float = BOOTSTRAP_CONFIDENCE,
+    rng_seed: int = BOOTSTRAP_SEED,
+) -> Estimate:
+    """The interquartile mean over all runs and tasks, with a stratified-bootstrap interval.
+
+    The IQM is the mean of the middle 50% of all run x task scores pooled (rliable's
+    `aggregate_iqm`: a 25% trimmed mean; the plain mean below four scores). Each bootstrap
+    resample draws, for every task independently, as many runs as there are with
+    replacement from that task's own runs; the interval is the percentile interval of the
+    resampled IQMs.
+
+    Args:
+        scores: (runs x tasks) normalised scores.
+        resamples: bootstrap resamples (memory grows as resamples x runs x tasks).
+        confidence: the interval's coverage, in (0, 1).
+        rng_seed: seeds the resampling; fixed by default so the interval is reproducible.
+
+    Returns:
+        Estimate(point, low, high); low and high are None with a single run.
+
+    Raises:
+        ValueError: a malformed or non-finite matrix (`score_matrix`), or bad settings.
+    """
+    matrix = score_matrix(scores)
+    _check_settings(resamples, confidence)
+    point = float(rliable.metrics.aggregate_iqm(matrix))
+    runs, tasks = matrix.shape
+    if runs < 2:
+        return Estimate(point, None, None)
+    rng = np.random.default_rng(rng_seed)
+    index = rng.integers(0, runs, size=(resamples, runs, tasks))
+    resampled = matrix[index, np.arange(tasks)]  # row index drawn within each task's column
+    values = scipy.stats.trim_mean(resampled.reshape(resamples, -1), 0.25, axis=1)
+    return Estimate(point, *_percentile_interval(values, confidence))
+
+
+def probability_of_improvement(
+    x: ScoreMatrix,
+    y: ScoreMatrix,
+    *,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    confidence: float = BOOTSTRAP_CONFIDENCE,
+    rng_seed: int = BOOTSTRAP_SEED,
+) -> Estimate:
+    """P(X > Y): how likely a run of algorithm x beats a run of y on a task, averaged over tasks.
+
+    For each task, the fraction of (run of x, run of y) pairs where x scores higher, a tie
+    counting 1/2 (the Mann-Whitney U statistic over the number of pairs); then the mean over
+    tasks (rliable's `probability_of_improvement`). 0.5 means no difference; above 0.5 favours
+    x. The interval is a stratified bootstrap that resamples x's runs and y's runs
+    independently within each task (rliable's `StratifiedIndependentBootstrap`): the two
+    were trained separately, so their seeds are not paired.
+
+    Args:
+        x: (runs_x x tasks) normalised scores of the challenger.
+        y: (runs_y x tasks) normalised scores of the other, on the same tasks in the same
+            order; the numbers of runs may differ.
+        resamples: bootstrap resamples.
+        confidence: the interval's coverage, in (0, 1).
+        rng_seed: seeds the resampling; fixed by default so the interval is reproducible.
+
+    Returns:
+        Estimate(point, low, high), all in [0, 1]; low and high are None when x or y has a
+        single run (that side's spread over seeds is unknown).
+
+    Raises:
+        ValueError: malformed or non-finite matrices, different numbers of tasks, or bad
+            settings.
+    """
+    x, y = score_matrix(x, "x"), score_matrix(y, "y")
+    if x.shape[1] != y.shape[1]:
+        raise ValueError(
+            f"x has {x.shape[1]} task(s) and y {y.shape[1]}: compare them on the same tasks"
+        )
+    _check_settings(resamples, confidence)
+    point = float(rliable.metrics.probability_of_improvement(x, y))
+    (runs_x, tasks), runs_y = x.shape, y.shape[0]
+    if runs_x < 2 or runs_y < 2:
+        return Estimate(point, None, None)
+    # wins[t, i, j]: 1 when run i of x beats run j of y on task t, 1/2 for a tie, else 0. A
+    # resample's P(X > Y) on a task is then counts_x @ wins @ counts_y / (runs_x * runs_y),
+    # where counts are how often each run was drawn: exact, without building the resamples.
+    wins = (x.T[:, :, None] > y.T[:, None, :]) + 0.5 * (x.T[:, :, None] == y.T[:, None, :])
+    rng = np.random.default_rng(rng_seed)
+    counts_x = _draw_counts(rng, runs_x, resamples, tasks)
+    counts_y = _draw_counts(rng, runs_y, resamples, tasks)
+    per_task = np.einsum("rti,tij,rtj->rt", counts_x, wins, counts_y, optimize=True)
+    values = per_task.mean(axis=1) / (runs_x * runs_y)
+    return Estimate(point, *_percentile_interval(values, confidence))
+
+
+def verdict(poi: Estimate) -> str:
+    """What a probability of improvement with its interval concludes about the challenger.
+
+    BETTER when the whole interval lies above 0.5 (low > 0.5), WORSE when it lies below
+    (high < 0.5), UNDECIDED when it contains 0.5 or there is no interval (a single run).
+
+    Args:
+        poi: P(challenger > incumbent), from `probability_of_improvement`.
+
+    Returns:
+        BETTER, WORSE or UNDECIDED.
+    """
+    if poi.low is None or poi.high is None:
+        return UNDECIDED
+    if poi.low > NO_IMPROVEMENT:
+        return BETTER
+    if poi.high < NO_IMPROVEMENT:
+        return WORSE
+    return UNDECIDED
+
+
+def compare(
+    challenger: ScoreMatrix,
+    incumbent: ScoreMatrix,
+    *,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    confidence: float = BOOTSTRAP_CONFIDENCE,
+    rng_seed: int = BOOTSTRAP_SEED,
+) -> Comparison:
+    """P(challenger > incumbent) with its interval, and its `verdict`.
+
+    Args:
+        challenger: (runs x tasks) normalised scores of the candidate.
+        incumbent: (runs x tasks) normalised scores of the one it would replace.
+        resamples, confidence, rng_seed: as in `probability_of_improvement`.
+
+    Returns:
+        Comparison(poi, verdict).
+    """
+    poi = probability_of_improvement(
+        challenger, incumbent, resamples=resamples, confidence=confidence, rng_seed=rng_seed
+    )
+    return Comparison(poi, verdict(poi))
+
+
+def significantly_better(
+    challenger: ScoreMatrix,
+    incumbent: ScoreMatrix,
+    *,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    confidence: float = BOOTSTRAP_CONFIDENCE,
+    rng_seed: int = BOOTSTRAP_SEED,
+) -> bool:
+    """Whether the challenger's improvement over the incumbent is significant.
+
+    The rule: the lower end of the `confidence` interval of P(challenger > incumbent) is
+    above 0.5. A single run on either side is never significant (no interval).
+
+    Args:
+        challenger, incumbent, resamples, confidence, rng_seed: as in `compare`.
+
+    Returns:
+        True when the challenger is significantly better.
+    """
+    comparison = compare(
+        challenger, incumbent, resamples=resamples, confidence=confidence, rng_seed=rng_seed
+    )
+    return comparison.verdict == BETTER
+
+
+def race(
+    incumbent_scores: ScoreMatrix,
+    contenders: Mapping[str, ScoreMatrix],
+    *,
+    max_runs: int,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    confidence: float = BOOTSTRAP_CONFIDENCE,
+    rng_seed: int = BOOTSTRAP_SEED,
+) -> RaceDecision:
+    """One round of racing contenders against the incumbent on the scores so far.
+
+    Each contender's P(contender > incumbent) interval decides: BETTER (low > 0.5), WORSE
+    (high < 0.5: stop spending seeds on it), otherwise UNDECIDED (give it more fresh seeds)
+    unless it already has `max_runs` runs, then TIE (the budget cannot tell them apart).
+    A pure decision: the caller draws the seeds, trains, and calls again with the grown
+    matrices. Each contender is compared with the same `rng_seed`, so its verdict does not
+    depend on the other contenders.
+
+    Every call is a fresh test at `confidence`; racing many contenders over many rounds
+    raises the chance that some contender is called BETTER by luck. Raise `confidence`
+    (e.g. divide 1 - confidence by contenders x rounds) where that matters.
+
+    Args:
+        incumbent_scores: (runs x tasks) normalised scores of the incumbent.
+        contenders: name -> (runs x tasks) normalised scores, on the incumbent's tasks.
+        max_runs: the most runs a contender may get; at least 2 (one run gives no interval).
+        resamples, confidence, rng_seed: as in `probability_of_improvement`.
+
+    Returns:
+        RaceDecision(verdicts, poi), in the contenders' order.
+
+    Raises:
+        ValueError: max_runs below 2, or as `probability_of_improvement`.
+    """
+    if max_runs < 2:
+        raise ValueError(f"max_runs is {max_runs}: a race needs at least 2 runs for an interval")
+    incumbent = score_matrix(incumbent_scores, "incumbent_scores")
+    verdicts, pois = {}, {}
+    for name, scores in contenders.items():
+        challenger = score_matrix(scores, f"contender {name!r}")
+        comparison = compare(
+            challenger, incumbent, resamples=resamples, confidence=confidence, rng_seed=rng_seed
+        )
+        outcome = comparison.verdict
+        if outcome == UNDECIDED and challenger.shape[0] >= max_runs:
+            outcome = TIE
+        verdicts[name], pois[name] = outcome, comparison.poi
+    return RaceDecision(verdicts, pois)
+
+
+def _check_settings(resamples: int, confidence: float) -> None:
+    if isinstance(resamples, bool) or not isinstance(resamples, (int, np.integer)):
+        raise ValueError(f"resamples is {resamples!r}, not a whole number")
+    if resamples < 1:
+        raise ValueError(f"resamples is {resamples}: it needs at least one")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence is {confidence}: it must lie strictly between 0 and 1")
+
+
+def _draw_counts(rng: np.random.Generator, runs: int, resamples: int, tasks: int) -> np.ndarray:
+    """How often each of `runs` runs is drawn when `runs` runs are drawn with replacement, per
+    resample and task independently: shape (resamples, tasks, runs)."""
+    index = rng.integers(0, runs, size=(resamples * tasks, runs))
+    flat = index + runs * np.arange(resamples * tasks)[:, None]
+    counts = np.bincount(flat.ravel(), minlength=resamples * tasks * runs)
+    return counts.reshape(resamples, tasks, runs).astype(float)
+
+
+def _percentile_interval(values: np.ndarray, confidence: float) -> tuple[float, float]:
+    """The (1 - confidence)/2 and (1 + confidence)/2 percentiles of bootstrap statistics."""
+    tail = (1.0 - confidence) / 2 * 100
+    low, high = np.percentile(values, [tail, 100 - tail])
+    return float(low), float(high)

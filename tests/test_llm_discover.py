@@ -19,6 +19,10 @@ import pytest
 import report_pages
 from llm_server import CLEAN_DRIFT, Reply, ScriptedLLMServer
 
+# three discover runs as subprocesses against the scripted server (~2 minutes): the slow tier,
+# which CI runs too; the LLM path's parts are tested fast in test_llm_*.py
+pytestmark = pytest.mark.slow
+
 METARL = str(Path(sys.executable).with_name("metarl"))
 FAST = [
     "--suite",

@@ -501,6 +501,7 @@ def _metarl(workdir: Path, *args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow  # end to end: a discover run and its resume as subprocesses (~45 s)
 def test_an_api_base_password_reaches_the_server_and_nothing_else(tmp_path):
     db = tmp_path / "metarl.db"
     with ScriptedLLMServer([]) as server:

@@ -83,6 +83,7 @@ def local_scores(seeded_archive_template):
     return out
 
 
+@pytest.mark.slow  # end to end: the batch trained alone, then as two shares (~60 s)
 def test_a_batch_split_over_two_pinned_devices_scores_as_one_trainer_job(local_scores):
     executor = ExecutorSettings(devices=("0", "1"))
     with Evaluator(SETTINGS, workers=1, executor=executor) as evaluator:
@@ -160,6 +161,7 @@ print(json.dumps({"scores": scores(outcomes), "shares": shares}))
 """
 
 
+@pytest.mark.slow  # end to end: a private Ray instance trains the batch (~30 s)
 def test_a_batch_through_ray_scores_as_the_local_executor(local_scores, ray_token):
     """A private Ray instance, in a driver process of its own (Ray reads its settings, the
     token's among them, when it is imported)."""

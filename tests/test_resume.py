@@ -134,6 +134,7 @@ def reference(seeded_archive_template, tmp_path_factory, metarl_cache):
     return _signature(path)
 
 
+@pytest.mark.slow  # end to end: a reference run, then a killed and resumed one (~50 s)
 def test_sigkill_then_resume_is_exact(seeded_archive, reference, metarl_cache):
     seed = random.randrange(1_000_000)
     rng = random.Random(seed)

@@ -15,28 +15,27 @@ from typer.testing import CliRunner
 from metarl.cli.app import app
 
 # The heaviest test files first (seconds of a 2-core run, `bash scripts/test.sh --durations=30`,
-# 2026-11-25: cascade ~100, report ~75, seeds ~70, derived and grpo_train ~65, artifact and
-# grpo_reward ~50, ray ~50, ...): the parallel run (pytest-xdist, one file per worker) hands
+# 2026-11-25: report ~75 in one fixture, cascade ~100, seeds ~70, derived ~65, artifact ~55,
+# grpo_train ~50, ...): the parallel run (pytest-xdist, one file per worker) hands
 # files out in collection order, so the long ones start first and the short ones fill the gaps
 # at the end instead of one long file running alone while the other worker idles.
 HEAVY_FIRST = (
-    "test_cascade.py",
     "test_report.py",
+    "test_cascade.py",
     "test_seeds.py",
     "test_derived.py",
-    "test_grpo_train.py",
     "test_artifact.py",
-    "test_grpo_reward.py",
-    "test_ray.py",
-    "test_batch_training.py",
-    "test_os_limits.py",
+    "test_grpo_train.py",
     "test_cli_evaluate.py",
+    "test_grpo_reward.py",
+    "test_cli_methods.py",
     "test_loop.py",
     "test_es.py",
+    "test_batch_training.py",
+    "test_os_limits.py",
     "test_batch_faults.py",
     "test_mutation.py",
     "test_stages.py",
-    "test_resume.py",
 )
 
 

@@ -288,6 +288,10 @@ def main(argv: list[str] | None = None) -> None:
     cache = os.environ.get("METARL_XLA_CACHE")
     if cache and args.role == "trainer":  # a tracer never gets one (sandbox.py)
         jax.config.update("jax_compilation_cache_dir", cache)
+        # every program, however fast it compiled: JAX's default keeps only compiles over 1 s,
+        # so whether a program was cached depended on the machine's load at the time (measured:
+        # a busy run re-committed a program a quiet one had skipped)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.block_until_ready(jax.jit(lambda x: x + 1)(jnp.zeros(2)))  # initialise the XLA backend
     if network != "netns":
         stub_sockets()

@@ -253,14 +253,12 @@ def load_config_file(path: str | Path) -> dict:
     if not isinstance(section, dict):
         raise ConfigError(f"config file {path}: [discover] must be a table")
     merged = {**data, **section}
-    out = {}
+    named = {}  # option name -> (the file's key, its value)
     for key, value in merged.items():
         name = key.replace("-", "_")
-        name = ALIASES.get(name, name)
-        if name in RENAMED:
-            if RENAMED[name] in merged or RENAMED[name].replace("_", "-") in merged:
-                continue  # the new name wins
-            name = RENAMED[name]
+        named[ALIASES.get(name, name)] = (key, value)
+    out = {}
+    for name, (key, value) in upgrade_keys(named).items():
         if name not in FIELD_TYPES:
             close = [f for f in FIELD_TYPES if f.startswith(name[:3])]
             hint = f" (did you mean {close[0]!r}?)" if close else ""

@@ -222,20 +222,27 @@ def test_workers_write_only_cache_entries_outside_their_temp_dir(cache_dir, corp
 
 
 @pytest.mark.slow
-def test_classic_suite_scores_held_out_envs_separately():
+def test_classic_suite_scores_each_role_separately():
     settings = CascadeSettings(
         suite="classic",
-        seeds=1,
-        seed_values=[0],
-        total_timesteps=4096,
+        seeds=2,
+        seed_values=[0, 1],
+        total_timesteps=8192,
         short_timesteps=4096,
         timeout_s=600,
+        validation=True,
     )
     outcome = evaluate_source(get_task("drift").seed_program("lpo").source, "drift", settings)
     assert outcome.passed, outcome.reason
-    envs = {(s.env, s.heldout) for s in outcome.env_scores if s.stage == "full"}
-    assert envs == {("CartPole-v1", False), ("Acrobot-v1", False), ("Catch-bsuite", True)}
-    assert outcome.fitness is not None and outcome.heldout is not None
+    envs = [(s.env, s.role) for s in outcome.env_scores if s.stage == "full"]
+    assert envs == [
+        ("CartPole-v1", "train"),
+        ("Acrobot-v1", "train"),
+        ("Catch-bsuite", "validation"),
+        ("Breakout-MinAtar", "validation"),
+        ("SpaceInvaders-MinAtar", "test"),
+    ]
+    assert None not in (outcome.fitness, outcome.validation, outcome.heldout)
 
 
 # --- batches --------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ def _score(env: str, returns: list[float], baseline: float, random: float, heldo
         "total_timesteps": 8192,
         "final_returns": returns,
     }
-    return env_score(run, baseline, random, heldout, "full")
+    return env_score(run, baseline, random, "test" if heldout else "train", "full")
 
 
 def _minatar_outcome() -> Outcome:
@@ -91,7 +91,11 @@ def test_archive_stores_the_intervals(archive_path):
         evaluation = archive.evaluations("r1-0")[0]
         assert evaluation["normalised_low"] < evaluation["normalised"]
         assert evaluation["normalised"] < evaluation["normalised_high"]
-        assert set(evaluation["published"]) == {"learn-rl-algorithms", "DiscoBench"}
+        assert set(evaluation["published"]) == {
+            "learn-rl-algorithms",
+            "DiscoBench",
+            "DiscoGen 1.3.0",
+        }
 
 
 def test_leaderboard_show_and_export_print_the_intervals(archive_path):

@@ -22,7 +22,7 @@ from metarl.rl.scoring import (
     normalised_score,
     per_seed_normalised,
 )
-from metarl.rl.suites import get_suite, published_returns
+from metarl.rl.suites import REFERENCE_SOURCES, get_suite, published_returns
 
 
 def test_normalised_score_arithmetic():
@@ -125,25 +125,27 @@ def test_bootstrap_resamples_seeds_jointly_across_envs():
 
 
 def test_env_score_interval_is_of_the_normalised_score():
-    score = env_score(_run("CartPole-v1", [100.0, 300.0, 200.0, 250.0]), 200.0, 0.0, False, "full")
+    score = env_score(
+        _run("CartPole-v1", [100.0, 300.0, 200.0, 250.0]), 200.0, 0.0, "train", "full"
+    )
     assert score.normalised == pytest.approx(1.0625)
     low, high = score.normalised_ci
     assert low < score.normalised < high
     per_seed = per_seed_normalised(score.returns, 0.0, 200.0)
     assert list(bootstrap_interval([per_seed])) == score.normalised_ci  # from the archive row
     assert score.published == {}  # CartPole has no published references
-    one = env_score(_run("CartPole-v1", [100.0]), 200.0, 0.0, False, "full")
+    one = env_score(_run("CartPole-v1", [100.0]), 200.0, 0.0, "train", "full")
     assert one.normalised == pytest.approx(0.5) and one.normalised_ci is None
-    flat = env_score(_run("CartPole-v1", [100.0, 300.0]), 10.0, 10.0, False, "full")
+    flat = env_score(_run("CartPole-v1", [100.0, 300.0]), 10.0, 10.0, "train", "full")
     assert flat.normalised is None and flat.normalised_ci is None
 
 
 def test_fitness_and_heldout_intervals_from_env_scores():
     scores = [
-        env_score(_run("CartPole-v1", [180.0, 220.0, 200.0]), 200.0, 0.0, False, "full"),
-        env_score(_run("Acrobot-v1", [-100.0, -120.0, -80.0]), -100.0, -500.0, False, "full"),
-        env_score(_run("CartPole-v1", [50.0, 60.0, 70.0]), 200.0, 0.0, False, "short"),
-        env_score(_run("Catch-bsuite", [0.5, 0.7, 0.6]), 0.6, -0.6, True, "full"),
+        env_score(_run("CartPole-v1", [180.0, 220.0, 200.0]), 200.0, 0.0, "train", "full"),
+        env_score(_run("Acrobot-v1", [-100.0, -120.0, -80.0]), -100.0, -500.0, "train", "full"),
+        env_score(_run("CartPole-v1", [50.0, 60.0, 70.0]), 200.0, 0.0, "train", "short"),
+        env_score(_run("Catch-bsuite", [0.5, 0.7, 0.6]), 0.6, -0.6, "test", "full"),
     ]
     fitness = aggregate([s.normalised for s in scores[:2]])
     fitness_ci, heldout_ci = aggregate_intervals(scores)
@@ -174,15 +176,17 @@ def test_minatar_split_and_published_references():
     suite = get_suite("minatar")
     assert suite.envs == ("Breakout-MinAtar", "Freeway-MinAtar")
     assert suite.heldout == ("Asterix-MinAtar", "SpaceInvaders-MinAtar")
-    assert set(suite.published) == {"learn-rl-algorithms", "DiscoBench"}
+    assert set(suite.published) == {"learn-rl-algorithms", "DiscoBench", "DiscoGen 1.3.0"}
+    assert set(REFERENCE_SOURCES) == set(suite.published)  # every label names its source
     for returns in suite.published.values():
         assert set(returns) == set(suite.envs + suite.heldout)
     assert published_returns("Breakout-MinAtar") == {
         "learn-rl-algorithms": 50.08,
         "DiscoBench": 69.91,
+        "DiscoGen 1.3.0": 59.52,
     }
     assert published_returns("CartPole-v1") == {}
     # normalised against each published return: (R - R_random) / (R_ref - R_random)
-    score = env_score(_run("Breakout-MinAtar", [45.0, 50.0]), 40.0, 1.0, False, "full")
+    score = env_score(_run("Breakout-MinAtar", [45.0, 50.0]), 40.0, 1.0, "train", "full")
     assert score.published["learn-rl-algorithms"] == pytest.approx((47.5 - 1.0) / (50.08 - 1.0))
     assert score.published["DiscoBench"] == pytest.approx((47.5 - 1.0) / (69.91 - 1.0))

@@ -23,6 +23,8 @@ JSON_COLUMNS = {
         "parent_ids",
         "call_ids",
         "confirmed_seeds",
+        "validation_seeds",
+        "final_seeds",
         "seeds",
         "versions",
         "timings",
@@ -192,7 +194,8 @@ def evaluation_rows(
         outcome: the scored outcome.
         candidate_id: the candidate it scores.
         run_id: the run that evaluated it.
-        purpose: "selection" (the cascade's verdict) or "confirm" (a re-evaluation).
+        purpose: "selection" (the cascade's verdict), "confirm" (a re-evaluation),
+            "validation" (a validation round) or "final" (the test role on fresh seeds).
 
     Returns:
         The rows, not yet encoded.
@@ -209,6 +212,7 @@ def evaluation_rows(
                 "env": env.env,
                 "stage": env.stage,
                 "heldout": int(bool(env.heldout)),
+                "role": env.role,
                 "seeds": env.seeds,
                 "total_timesteps": env.total_timesteps,
                 "returns": env.returns,

@@ -93,6 +93,7 @@ def teacher_settings(
         seed_values=seed_values,
         total_timesteps=teacher.total_timesteps,
         probe_seed=0 if seed_values else None,
+        validation=True,  # a student is a final product: every role is reported
         **limits,
     )
 

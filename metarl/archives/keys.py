@@ -54,10 +54,12 @@ def eval_settings_key(task: str, settings: Any, identity: Mapping[str, Any]) -> 
     for volatile in (*LIMIT_FIELDS, "seed_pool", "probe_seed"):
         fields.pop(volatile, None)
     fields["seeds_pinned"] = bool(fields.get("seed_values"))
+    if isinstance(fields.get("suite"), str):  # the suite's environments by role, not its name
+        fields["suite_roles"] = get_suite(fields["suite"]).roles()
     return evaluation_key({"task": task, "settings": fields}, identity, 16)
 
 
 def suite_config_hash(suite_name: str, timesteps: int | None) -> str:
     suite = get_suite(suite_name)
-    hashes = [suite.config(env, timesteps).config_hash() for env in (*suite.envs, *suite.heldout)]
+    hashes = [suite.config(env, timesteps).config_hash() for env in suite.all_envs]
     return hashlib.sha256("|".join(hashes).encode()).hexdigest()[:16]

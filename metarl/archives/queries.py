@@ -20,7 +20,9 @@ class LeaderRow:
     env_scores: dict[str, float | None]  # training env -> normalised score (selection seeds)
     fitness: float | None  # normalised aggregate on the selection seeds
     confirmed: float | None  # aggregate re-evaluated on more seeds (elites only)
-    heldout: float | None  # held-out aggregate (confirmed one when there is one)
+    # the test role's aggregate: re-measured on fresh seeds after selection when it was
+    # (`final_heldout`), else the confirmed one, else the one measured with the candidate
+    heldout: float | None
     generation: int
     proposer: str
     operator: str
@@ -34,6 +36,11 @@ class LeaderRow:
     confirmed_ci: list[float] | None = None
     heldout_ci: list[float] | None = None
     method: str = "discovery"  # discovery | es | distil | symbolic
+    # the validation role: IQM over its validation rounds and their interval (raced ones only)
+    validation: float | None = None
+    validation_ci: list[float] | None = None
+    protocol: str = ""  # the run's evaluation protocol ("" when unrecorded)
+    heldout_source: str = ""  # final | confirmed | selection: which test number `heldout` is
     # on an all-runs board: what differs from the board's reference setting (task, suite, seeds,
     # budget); empty when the row is comparable with it
     differs: list[str] = field(default_factory=list)
@@ -190,11 +197,11 @@ def leaderboard(
             scores[ev["candidate_id"]][ev["env"]] = ev["normalised"]
             if ev["env"] not in envs:
                 envs.append(ev["env"])
+    protocols = run_protocols(archive, {r["run_id"] for r in rows})
     out = []
     for rank, row in enumerate(rows, 1):
         seeds = json.loads(row["seeds"]) if row.get("seeds") else []
-        confirmed_held = row["confirmed_heldout"] is not None
-        heldout = row["confirmed_heldout"] if confirmed_held else row["heldout"]
+        held_column, source = test_column(row)
         out.append(
             LeaderRow(
                 rank=rank,
@@ -204,7 +211,11 @@ def leaderboard(
                 env_scores=scores.get(row["id"], {}),
                 fitness=row["fitness"],
                 confirmed=row["confirmed_fitness"],
-                heldout=heldout,
+                heldout=row[held_column] if held_column else None,
+                heldout_source=source,
+                validation=row.get("validation"),
+                validation_ci=_interval(row, "validation"),
+                protocol=protocols.get(row["run_id"], ""),
                 generation=row["generation"] or 0,
                 proposer=row["proposer"] or "",
                 operator=row["operator"] or "",
@@ -215,13 +226,45 @@ def leaderboard(
                 total_timesteps=row["total_timesteps"],
                 fitness_ci=_interval(row, "fitness"),
                 confirmed_ci=_interval(row, "confirmed_fitness"),
-                heldout_ci=_interval(row, "confirmed_heldout" if confirmed_held else "heldout"),
+                heldout_ci=_interval(row, held_column) if held_column else None,
                 method=row.get("method") or "discovery",
             )
         )
     mixed = len({(r.task, r.suite) for r in out}) > 1
     reference = flag_comparability(out) if all_runs else None
     return Leaderboard(rows=out, envs=envs, title=title, mixed=mixed, reference=reference)
+
+
+def test_column(row: dict) -> tuple[str | None, str]:
+    """Which column holds a candidate's reported test score, and what it is: `final_heldout`
+    (re-measured on fresh seeds after selection), `confirmed_heldout` (older archives'
+    confirmation) or `heldout` (measured with the candidate); (None, "") without one."""
+    for column, source in (
+        ("final_heldout", "final"),
+        ("confirmed_heldout", "confirmed"),
+        ("heldout", "selection"),
+    ):
+        if row.get(column) is not None:
+            return column, source
+    return None, ""
+
+
+def run_protocols(archive: Archive, run_ids) -> dict[str, str]:
+    """run id -> its evaluation protocol (the column, else its config's, else "")."""
+    ids = [r for r in run_ids if r]
+    if not ids:
+        return {}
+    marks = ",".join("?" * len(ids))
+    out = {}
+    for run in archive.query(f"SELECT id, protocol, config FROM runs WHERE id IN ({marks})", ids):
+        protocol = run.get("protocol")
+        if not protocol and run.get("config"):
+            try:
+                protocol = json.loads(run["config"]).get("protocol")
+            except (ValueError, AttributeError):
+                protocol = None  # a config that is not a JSON object: no protocol recorded
+        out[run["id"]] = protocol or ""
+    return out
 
 
 def _interval(row: dict, score: str) -> list[float] | None:

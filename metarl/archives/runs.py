@@ -94,6 +94,7 @@ class RunSpec:
     rng_seed: int | None = None
     state: dict | None = None
     changeable: dict = field(default_factory=dict)
+    protocol: str | None = None  # the evaluation protocol's name (evaluation/protocols.py)
 
     def columns(self) -> dict:
         """The `runs` columns of a new run of this spec."""
@@ -108,6 +109,7 @@ class RunSpec:
             "proposer": self.proposer,
             "mode": self.mode,
             "model": self.model,
+            "protocol": self.protocol,
             "seed": self.rng_seed,  # the column's name since schema version 1
             "state": self.state,
             **self.changeable,

@@ -25,7 +25,8 @@ Version 2 adds the 95% bootstrap intervals over training seeds: `candidates.fitn
 `evaluations.normalised_low`/`normalised_high` and `evaluations.published` (JSON: source label
 -> score normalised against that source's published PPO return). Version 3 adds each run's and
 candidate's `method` and the candidate's method `meta`; version 4 `evaluations.curve_std`;
-version 5 marks the evaluation keys written before the single evaluation identity (`_v5`).
+version 5 marks the evaluation keys written before the single evaluation identity (`_v5`);
+version 6 adds the validation role (`_v6`) and the run's evaluation protocol.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from typing import Callable
 
 from sqlite_utils import Database
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 
 def _v1(db: Database) -> None:
@@ -283,6 +284,34 @@ def _v5(db: Database) -> None:
     )
 
 
+def _v6(db: Database) -> None:
+    """The validation role (rl/suites.py): each evaluation's `role` (train | validation |
+    test; older rows: test when held out, else train), a candidate's validation score (the IQM
+    over every validation round it got, with its stratified-bootstrap interval and the seeds
+    it saw) and test score re-measured on fresh seeds after selection (`final_heldout*`), and
+    the run's evaluation `protocol` (evaluation/protocols.py)."""
+    _add_columns(db, "evaluations", {"role": str})
+    db.execute(
+        "UPDATE evaluations SET role = CASE WHEN heldout = 1 THEN 'test' ELSE 'train' END "
+        "WHERE role IS NULL"
+    )
+    _add_columns(
+        db,
+        "candidates",
+        {
+            "validation": float,
+            "validation_low": float,
+            "validation_high": float,
+            "validation_seeds": str,  # JSON list: every seed of its validation rounds
+            "final_heldout": float,
+            "final_heldout_low": float,
+            "final_heldout_high": float,
+            "final_seeds": str,  # JSON list
+        },
+    )
+    _add_columns(db, "runs", {"protocol": str})
+
+
 # MIGRATIONS[i] takes an archive from version i to version i + 1. Append only; never drop.
-MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3, _v4, _v5]
+MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3, _v4, _v5, _v6]
 assert len(MIGRATIONS) == SCHEMA_VERSION

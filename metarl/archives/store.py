@@ -32,6 +32,8 @@ from metarl.archives.columns import (
 from metarl.archives.schema import MIGRATIONS, SCHEMA_VERSION
 from metarl.errors import MetarlError
 from metarl.evaluation.outcome import EVALUATOR_FAULT, Outcome
+from metarl.evaluation.roles import role_matrix, summarise
+from metarl.rl.statistics import Estimate
 
 logger = logging.getLogger(__name__)
 # columns.py's helpers that callers import from here, with the store
@@ -337,6 +339,90 @@ class Archive:
             )
             if run_update and run_id:
                 self.update_run(run_id, **run_update)
+
+    def record_validation(
+        self,
+        candidate_id: str,
+        outcome: Outcome,
+        envs: list[str],
+        *,
+        run_id: str | None = None,
+        run_update: dict | None = None,
+    ) -> Estimate | None:
+        """One validation round of a candidate (its validation envs, on fresh seeds): the
+        evaluations, and the candidate's validation score recomputed over every round so far
+        (IQM with its stratified-bootstrap interval; `evaluation/roles.py`).
+
+        Args:
+            candidate_id: the candidate validated.
+            outcome: the round's outcome (validation-role env scores).
+            envs: the suite's validation envs, in order.
+            run_id, run_update: the run that validated it, and its state to save with it.
+
+        Returns:
+            The validation score over all rounds (None when no round scored every env).
+        """
+        with self.transaction() as db:
+            for record in evaluation_rows(outcome, candidate_id, run_id, "validation"):
+                db["evaluations"].insert(encode_row("evaluations", record))
+            rows = self.role_evaluations(candidate_id, "validation")
+            estimate = summarise(role_matrix(rows, envs))
+            seeds = sorted({int(s) for row in rows for s in row["seeds"]})
+            db["candidates"].update(
+                candidate_id,
+                encode_row(
+                    "candidates",
+                    {
+                        "validation": estimate.point if estimate else None,
+                        "validation_low": estimate.low if estimate else None,
+                        "validation_high": estimate.high if estimate else None,
+                        "validation_seeds": seeds,
+                    },
+                ),
+            )
+            if run_update and run_id:
+                self.update_run(run_id, **run_update)
+        return estimate
+
+    def record_final(
+        self,
+        candidate_id: str,
+        outcome: Outcome,
+        *,
+        run_id: str | None = None,
+        run_update: dict | None = None,
+    ) -> None:
+        """The test role re-measured on fresh seeds once selection is done (`final_heldout`):
+        the reported number, not the best of the noisy draws selection made."""
+        seeds = sorted({s for e in outcome.env_scores for s in e.seeds})
+        low, high = outcome.heldout_ci if outcome.passed and outcome.heldout_ci else (None, None)
+        with self.transaction() as db:
+            for record in evaluation_rows(outcome, candidate_id, run_id, "final"):
+                db["evaluations"].insert(encode_row("evaluations", record))
+            db["candidates"].update(
+                candidate_id,
+                encode_row(
+                    "candidates",
+                    {
+                        "final_heldout": outcome.heldout if outcome.passed else None,
+                        "final_heldout_low": low,
+                        "final_heldout_high": high,
+                        "final_seeds": seeds,
+                    },
+                ),
+            )
+            if run_update and run_id:
+                self.update_run(run_id, **run_update)
+
+    def role_evaluations(self, candidate_id: str, purpose: str) -> list[dict]:
+        """A candidate's full-stage evaluation rows of `purpose` (e.g. "validation"), decoded,
+        in the order they were written."""
+        rows = self.query(
+            "SELECT env, seeds, returns, baseline_mean, random_mean FROM evaluations "
+            "WHERE candidate_id = ? AND purpose = ? AND stage = 'full' ORDER BY id",
+            (candidate_id, purpose),
+        )
+        return [decode_row("evaluations", dict(row)) for row in rows]
 
     def copy_confirmation(self, candidate_id: str, confirmation: dict) -> None:
         """Give a candidate the confirmation (CONFIRMATION_COLUMNS) of the same program found

@@ -112,6 +112,7 @@ class ESConfig:
             timeout_s=self.timeout,
             memory_mb=self.memory_mb,
             heldout=self.heldout,
+            validation=True,  # an export is a final product: every role is reported
             unsafe_no_sandbox=self.unsafe_no_sandbox,
             probe_seed=0 if self.seed_values else None,
         )

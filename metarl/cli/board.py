@@ -77,9 +77,12 @@ def leaderboard_table(board, *, show_run: bool = False) -> Table:
     table.add_column("name", no_wrap=True, min_width=min(20, max(map(len, names))))
     for env in board.envs:
         table.add_column(untrusted(env), justify="right", no_wrap=True)
-    table.add_column("fitness", justify="right", no_wrap=True)
-    table.add_column("confirmed", justify="right", no_wrap=True)
-    table.add_column("held-out", justify="right", no_wrap=True)
+    table.add_column("train", justify="right", no_wrap=True)
+    show_confirmed = any(row.confirmed is not None for row in board.rows)  # older archives
+    if show_confirmed:
+        table.add_column("confirmed", justify="right", no_wrap=True)
+    table.add_column("validation", justify="right", no_wrap=True)
+    table.add_column("test", justify="right", no_wrap=True)
     # the method column where methods can differ: --all, or a board that mixes them
     show_method = show_run or len({row.method for row in board.rows}) > 1
     if show_method:
@@ -98,8 +101,9 @@ def leaderboard_table(board, *, show_run: bool = False) -> Table:
         values += [fmt(row.env_scores.get(env)) for env in board.envs]
         values += [
             fmt_interval(row.fitness, row.fitness_ci, 2),
-            fmt_interval(row.confirmed, row.confirmed_ci, 2),
-            fmt_interval(row.heldout, row.heldout_ci, 2),
+            *([fmt_interval(row.confirmed, row.confirmed_ci, 2)] if show_confirmed else []),
+            fmt_interval(row.validation, row.validation_ci, 2),
+            fmt_interval(row.heldout, row.heldout_ci, 2) + TEST_MARK.get(row.heldout_source, ""),
             *([row.method] if show_method else []),
             str(row.generation),
             row.proposer or "—",
@@ -107,13 +111,30 @@ def leaderboard_table(board, *, show_run: bool = False) -> Table:
         if board.reference is not None:
             values.append(comparable_text(row.differs))
         table.add_row(*cells(*values))
+    captions = [protocol_caption(board.rows)]
     if board.reference is not None:
-        table.caption = untrusted(
+        captions.append(
             f"compared against {board.reference.describe()}; rows marked ≠ were scored in "
             "another setting and do not compare with it"
         )
-        table.caption_justify = "left"
+    table.caption = untrusted("\n".join(captions))
+    table.caption_justify = "left"
     return table
+
+
+# how the test column marks a number measured with the candidate rather than re-measured
+TEST_MARK = {"selection": " *", "confirmed": " ᶜ"}
+
+
+def protocol_caption(rows) -> str:
+    """What the columns mean, with the protocol(s) the rows were scored under."""
+    protocols = sorted({row.protocol or "unrecorded" for row in rows}) or ["—"]
+    return (
+        f"protocol {', '.join(protocols)}: normalised scores (0 = random policy, 1 = the "
+        "baseline on the same seeds) with 95% intervals; train ranks proposals, validation "
+        "(fresh seeds) decides the incumbent, test is never selected on (re-measured on fresh "
+        "seeds after selection; * measured with the candidate)"
+    )
 
 
 def runs_table(runs: list[dict], archive_path: str) -> Table:

@@ -14,10 +14,14 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
+from metarl.archives.queries import test_column
 from metarl.cli.board import fate_text
 from metarl.cli.console import Grid, cells, console, untrusted
 from metarl.cli.formats import fmt, fmt_cost, fmt_interval, fmt_seconds
 from metarl.evaluation.text import printable
+
+# how an evaluation's environment is marked by its role (training envs are unmarked)
+ROLE_MARK = {"validation": " (validation)", "test": " (test)"}
 
 PROMPT_CHARS = 1200  # of an LLM call's prompt and reply shown without `show --full`
 
@@ -36,7 +40,7 @@ def _candidate_header(cid: str, row: dict, children: list[str], log: str | None)
         header.add_row("run log", log)
     header.add_row("fate", fate_text(row))
     header.add_row(
-        "fitness",
+        "train",
         f"{fmt_interval(row['fitness'], _row_interval(row, 'fitness'))} on seeds {row['seeds']}"
         + (" (pinned)" if (row.get("outcome") or {}).get("seeds_pinned") else "")
         + (
@@ -47,10 +51,22 @@ def _candidate_header(cid: str, row: dict, children: list[str], log: str | None)
             else ""
         ),
     )
-    held = "confirmed_heldout" if row["confirmed_heldout"] is not None else "heldout"
-    header.add_row("held-out", fmt_interval(row[held], _row_interval(row, held)))
-    if any(_row_interval(row, s) for s in ("fitness", "confirmed_fitness", held)):
-        header.add_row("", "[low, high]: 95% bootstrap interval over the training seeds")
+    if row.get("validation") is not None:
+        header.add_row(
+            "validation",
+            f"{fmt_interval(row['validation'], _row_interval(row, 'validation'))} (IQM) on "
+            f"{len(row.get('validation_seeds') or [])} fresh seeds",
+        )
+    held, source = test_column(row)
+    where = {"final": "fresh seeds, after selection", "selection": "its own seeds"}
+    header.add_row(
+        "test",
+        fmt_interval(row[held], _row_interval(row, held)) + f" ({where.get(source, source)})"
+        if held
+        else "—",
+    )
+    if any(_row_interval(row, s) for s in ("fitness", "confirmed_fitness", held or "heldout")):
+        header.add_row("", "[low, high]: 95% bootstrap interval over the seeds")
     origin = (
         "seed program"
         if row["is_seed"]
@@ -122,7 +138,7 @@ def _evaluations_table(evaluations: list[dict]) -> Table:
             no_wrap=column in ("purpose", "env", "return", "normalised"),
         )
     for ev in evaluations:
-        env = ev["env"] + (" (held-out)" if ev["heldout"] else "")
+        env = ev["env"] + ROLE_MARK.get(ev.get("role") or ("test" if ev["heldout"] else ""), "")
         table.add_row(
             *cells(
                 ev["purpose"],
@@ -157,7 +173,7 @@ def _published_table(evaluations: list[dict]) -> Table | None:
     for column in ("purpose", "env", "stage", "steps", *labels):
         table.add_column(untrusted(column), justify="right" if column in labels else "left")
     for ev in shown:
-        env = ev["env"] + (" (held-out)" if ev["heldout"] else "")
+        env = ev["env"] + ROLE_MARK.get(ev.get("role") or ("test" if ev["heldout"] else ""), "")
         values = [ev["purpose"], env, ev["stage"], str(ev["total_timesteps"])]
         table.add_row(*cells(*values, *(fmt(ev["published"].get(label)) for label in labels)))
     return table

@@ -110,7 +110,20 @@ def discover(
     confirm: Optional[bool] = typer.Option(
         None,
         "--confirm/--no-confirm",
-        help="Re-evaluate a new best on more seeds before it becomes the incumbent.",
+        help="Race a new best against the incumbent on the validation envs (fresh seeds) "
+        "before it takes its place; --no-confirm: the best training score wins.",
+    ),
+    confirm_seeds: Optional[int] = typer.Option(
+        None, "--confirm-seeds", help="Fresh seeds per validation round (default: 2 x --seeds)."
+    ),
+    race_seeds: Optional[int] = typer.Option(
+        None, "--race-seeds", help="The most validation seeds a contender gets in a race."
+    ),
+    protocol: Optional[str] = typer.Option(
+        None,
+        "--protocol",
+        help="Evaluation protocol: quick (CPU demo) or discobench (MinAtar, 8 seeds, "
+        "LR sweep; a GPU). Explicit options override it.",
     ),
     heldout: Optional[bool] = typer.Option(
         None, "--heldout/--no-heldout", help="Score held-out environments (leaderboard only)."
@@ -168,7 +181,9 @@ def discover(
 
       metarl discover --budget 40 --max-time 1h --workers 2 --rng-seed 1
 
-      metarl discover --suite minatar --devices 0,1,2,3
+      metarl discover --protocol discobench --devices 0,1,2,3   # DiscoBench-style, GPUs
+
+      metarl discover --race-seeds 24   # race would-be incumbents longer on validation
 
       metarl discover --executor ray --ray-address 10.0.0.5:6379 --workers 8
 
@@ -213,6 +228,9 @@ def discover(
         "mode": mode,
         "models": list(model) or None,
         "confirm": confirm,
+        "confirm_seeds": confirm_seeds,
+        "race_seeds": race_seeds,
+        "protocol": protocol,
         "heldout": heldout,
         "skip_short": skip_short,
     }

@@ -52,7 +52,10 @@ def evaluate(
         DEFAULTS.skip_short, "--skip-short", help="Go straight to the full run."
     ),
     heldout: bool = typer.Option(
-        DEFAULTS.heldout, "--heldout/--no-heldout", help="Also score held-out envs."
+        DEFAULTS.heldout, "--heldout/--no-heldout", help="Also score the test (held-out) envs."
+    ),
+    validation: bool = typer.Option(
+        True, "--validation/--no-validation", help="Also score the suite's validation envs."
     ),
     timeout: float = typer.Option(
         DEFAULTS.timeout_s, "--timeout", help="Wall-clock limit (s) for stages 2-4."
@@ -129,6 +132,7 @@ def evaluate(
         timeout_s=timeout,
         memory_mb=memory_mb,
         heldout=heldout,
+        validation=validation,
         skip_short=skip_short,
         probe_seed=probe_seed,
         unsafe_no_sandbox=unsafe_no_sandbox,

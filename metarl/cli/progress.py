@@ -97,8 +97,10 @@ class Display:
             )
         elif kind == "confirm":
             self.line(
-                f"… confirmed {data['id']} ({data.get('name')}): fitness {fmt(data['fitness'])} "
-                f"-> {fmt(data['confirmed'])} on more seeds"
+                f"… raced {data['id']} ({data.get('name')}) against {data.get('incumbent')} on "
+                f"validation: {fmt(data['confirmed'])} over {data.get('runs')} seeds, "
+                f"P(better) {fmt(data.get('poi'))} [{fmt(data.get('poi_low'))}, "
+                f"{fmt(data.get('poi_high'))}]: {data.get('verdict')}"
             )
         elif kind == "generation":
             self.best = {"id": data.get("incumbent"), "score": data.get("score")}

@@ -77,7 +77,7 @@ def _scores_table(outcome, title: str) -> Table:
     ):
         table.add_column(column, justify=justify, overflow="fold")
     for score in outcome.env_scores:
-        name = score.env + (" (held-out)" if score.heldout else "")
+        name = score.env + {"validation": " (validation)", "test": " (test)"}.get(score.role, "")
         table.add_row(
             *cells(
                 name,
@@ -133,14 +133,17 @@ def print_outcome(outcome, path: Path, task: str, settings) -> None:
     else:
         say(title)
     if outcome.passed:
-        held = (
-            f", held-out {fmt_interval(outcome.heldout, outcome.heldout_ci, number=fmt_compact)}"
-            if outcome.heldout is not None
-            else ""
+        held = "".join(
+            f", {label} {fmt_interval(value, interval, number=fmt_compact)}"
+            for label, value, interval in (
+                ("validation", outcome.validation, outcome.validation_ci),
+                ("test", outcome.heldout, outcome.heldout_ci),
+            )
+            if value is not None
         )
         fitness = fmt_interval(outcome.fitness, outcome.fitness_ci, number=fmt_compact)
         console.print(
-            Text.assemble(("PASSED", "bold green"), f" every stage: fitness {fitness}{held}")
+            Text.assemble(("PASSED", "bold green"), f" every stage: train {fitness}{held}")
         )
     else:
         console.print(

@@ -1,7 +1,7 @@
 """The loop's evaluators and the batches it sends them.
 
-One evaluator per purpose ("child", "seed", "confirm"; settings from records.cascade_settings),
-started on first use. A batch is one `evaluate_batch` call, run on a daemon thread while the
+One evaluator per purpose ("child", "seed", "confirm", "final"; settings from
+records.cascade_settings), started on first use. A batch is one `evaluate_batch` call, run on a daemon thread while the
 loop's thread checks the time budget (and stays responsive to Ctrl-C); `workers` is the
 evaluator's own concurrency. An evaluator fault, not a candidate's, fails every candidate of the
 batch with its reason, which is archived like any other failure.
@@ -22,7 +22,12 @@ from metarl.evaluation.outcome import Outcome
 logger = logging.getLogger(__name__)
 
 # the `submitted` event's fields for each purpose (confirmations are announced by a status line)
-SHOWN = {"child": ("id", "name", "operator"), "seed": ("id", "name"), "confirm": ()}
+SHOWN = {
+    "child": ("id", "name", "operator"),
+    "seed": ("id", "name"),
+    "confirm": (),
+    "final": (),
+}
 
 
 def evaluator_factory(config: DiscoverConfig) -> Callable[[Any, int], Evaluator]:
@@ -59,7 +64,7 @@ class Batches:
         if purpose not in self.evaluators:
             if purpose == "child":
                 self.emit("status", {"text": "starting sandbox workers"})
-            workers = 1 if purpose == "confirm" else self.config.workers
+            workers = 1 if purpose in ("confirm", "final") else self.config.workers
             settings = records.cascade_settings(self.config, purpose, self.seed_pool)
             self.evaluators[purpose] = self.factory(settings, workers)
         return self.evaluators[purpose]

@@ -35,6 +35,7 @@ from pathlib import Path
 from metarl.discovery.proposers import PROPOSERS
 from metarl.errors import USAGE, MetarlError
 from metarl.evaluation.executors import ExecutorSettings
+from metarl.evaluation.protocols import UnknownProtocol, get_protocol
 from metarl.evaluation.seeds import SeedError, parse_seed_values
 from metarl.evaluation.settings import CascadeSettings
 from metarl.evaluation.text import redact_config
@@ -88,8 +89,12 @@ class DiscoverConfig:
     novelty: float = 0.3
     migration_interval: int = 2
     inspirations: int = 2
-    confirm: bool = True  # re-evaluate a would-be incumbent on more seeds first
-    confirm_seeds: int | None = None  # default: twice `seeds`
+    # race a would-be incumbent against the incumbent on the suite's validation envs, on fresh
+    # seeds, before it may take its place (False: the best training score wins, unraced)
+    confirm: bool = True
+    confirm_seeds: int | None = None  # seeds per validation round; default: twice `seeds`
+    race_seeds: int | None = None  # the most validation seeds a contender gets; default 3 rounds
+    protocol: str = "quick"  # the evaluation protocol's name (evaluation/protocols.py), recorded
     dedup_retries: int = 3  # re-proposals when a proposal repeats an archived program
     # LLM proposer (forwarded to build_llm_proposer by the proposer registry)
     models: list[str] = field(default_factory=list)
@@ -99,9 +104,28 @@ class DiscoverConfig:
     max_concurrency: int = 4
     temperature: float | None = None
 
-    def resolved(self) -> "DiscoverConfig":
-        """Validated copy with suite defaults filled in; raises ConfigError."""
+    def with_protocol(self) -> "DiscoverConfig":
+        """A copy with the protocol's settings (evaluation/protocols.py) in every field still at
+        its default: the protocol bundles defaults, an explicit option overrides it.
 
+        Raises:
+            ConfigError: an unknown protocol.
+        """
+        try:
+            protocol = get_protocol(self.protocol)
+        except UnknownProtocol as error:
+            raise ConfigError(str(error)) from None
+        defaults = type(self)()
+        changes = {
+            key: value
+            for key, value in protocol.settings.items()
+            if hasattr(self, key) and getattr(self, key) == getattr(defaults, key)
+        }
+        return dataclasses.replace(self, **changes)
+
+    def resolved(self) -> "DiscoverConfig":
+        """Validated copy with protocol and suite defaults filled in; raises ConfigError."""
+        self = self.with_protocol()
         try:
             get_task(self.task)
         except UnknownTask as error:
@@ -161,6 +185,13 @@ class DiscoverConfig:
             out.timesteps = suite.total_timesteps
         if out.confirm_seeds is None:
             out.confirm_seeds = 2 * out.seeds
+        if out.race_seeds is None:
+            out.race_seeds = 3 * out.confirm_seeds
+        if out.race_seeds < max(2, out.confirm_seeds):
+            raise ConfigError(
+                f"race_seeds is {out.race_seeds}: at least confirm_seeds ({out.confirm_seeds}) "
+                "and 2 (an interval needs two runs)"
+            )
         if out.mode == "conversation":
             out.children = 1
             out.islands = 1

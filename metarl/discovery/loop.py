@@ -36,9 +36,12 @@ from metarl.discovery.config import DiscoverConfig
 from metarl.discovery.proposers.base import Proposal
 from metarl.discovery.runs import LoopError, RunBook, RunResult, Stop
 from metarl.discovery.state import STATE_VERSION, RunState, Slot
+from metarl.evaluation import roles
 from metarl.evaluation.outcome import Outcome
 from metarl.evaluation.seeds import draw_pool, pool_size
 from metarl.platform import device_description, evaluation_identity
+from metarl.rl import statistics
+from metarl.rl.suites import get_suite
 from metarl.tasks import get_task
 
 logger = logging.getLogger(__name__)
@@ -71,6 +74,7 @@ class DiscoveryLoop:
         self.resume_id = resume
         self.config = config.resolved()
         self.task = get_task(self.config.task)
+        self.task_suite = get_suite(self.config.suite)
         self.versions = evaluation_identity()  # what its evaluation keys are built on
         self.device = device_description()
         self.run_id: str | None = None
@@ -135,8 +139,11 @@ class DiscoveryLoop:
         self.book.restore_proposer()
         self.run_id, self.state = self.book.run_id, self.book.state
         if self.state.seed_pool is None and self.config.seed_values is None:
-            counts = [self.config.seeds] + [self.config.confirm_seeds or 0] * self.config.confirm
-            self.state.seed_pool = list(draw_pool(pool_size(*counts)))
+            cfg = self.config
+            # a candidate's selection seeds, its validation rounds and its test measurement
+            # never share a seed: the pool holds all three
+            counts = [cfg.seeds] + [cfg.race_seeds, cfg.confirm_seeds] * cfg.confirm
+            self.state.seed_pool = list(draw_pool(pool_size(sum(counts))))
         self.rows = records.RowMaker(
             self.run_id, self.task.name, self.config, self.versions, self.device
         )
@@ -250,7 +257,7 @@ class DiscoveryLoop:
 
     def _archive_child(self, row: dict, proposal: Proposal, outcome: Outcome) -> None:
         try:
-            self.proposer.feedback(proposal, outcome, row["id"])
+            self.proposer.feedback(proposal, outcome.selection_view(), row["id"])
         except Exception:  # plug-in code: a bug there costs the dialogue one note, not the run
             logger.exception("the proposer's feedback on %s failed", row["id"])
         plan = self.state.plan
@@ -286,8 +293,15 @@ class DiscoveryLoop:
         self._emit("generation", {**data, "migrations": moves, "state": self.book.progress()})
 
     def _next_incumbent(self, incumbent: str | None, children: list[dict]) -> str | None:
-        """The best program after a generation; with `confirm`, a child that beats the incumbent
-        must beat it again on more seeds before it takes its place."""
+        """The incumbent after a generation.
+
+        Training scores only nominate: the child with the best training score above the
+        incumbent's is raced against it on the suite's validation envs (`_race`) and takes
+        its place only when it is significantly better there. Test scores are not read here,
+        nor anywhere in selection: this method sees candidate ids and their training and
+        validation scores only. Without `confirm`, the best training score wins (the
+        unraced selection, kept for comparison: benchmarks/generalisation.py).
+        """
         if not incumbent:
             return incumbent
         if not self.config.confirm:
@@ -300,33 +314,106 @@ class DiscoveryLoop:
         passed = [(c["id"], c["fitness"]) for c in children if c["status"] == "passed"]
         for cid in selection.contenders(passed, self._score(incumbent), limit=1):
             self.book.check_time()
-            self._confirm(incumbent)
-            self._confirm(cid)
-            confirmed = self.archive.candidate(cid)["confirmed_fitness"]
-            if confirmed is not None and confirmed > self._score(incumbent):
+            if self._race(incumbent, cid):
                 incumbent = cid
+                self._measure_test(cid)
         return incumbent
 
-    def _confirm(self, cid: str) -> None:
-        row = self.archive.candidate(cid)
-        if row["confirmed_fitness"] is not None or row.get("confirmed_seeds"):
+    def _race(self, incumbent: str, challenger: str) -> bool:
+        """Race `challenger` against `incumbent` on validation, round by round, on fresh seeds.
+
+        A round trains both (one batch: the same fresh seeds) or only the one with fewer
+        validation runs; after each, `statistics.race` compares their validation score
+        matrices: BETTER wins, WORSE or TIE (the `race_seeds` cap reached, undecided) keeps
+        the incumbent, UNDECIDED runs another round. Every round is archived, so a resumed
+        run continues the race where it stood.
+
+        Returns:
+            Whether the challenger takes the incumbent's place.
+        """
+        cap = int(self.config.race_seeds)
+        while True:
+            matrices = {cid: self._validation(cid) for cid in (incumbent, challenger)}
+            runs = {cid: 0 if m is None else m.shape[0] for cid, m in matrices.items()}
+            enough = int(self.config.confirm_seeds)
+            if runs[incumbent] >= enough and runs[challenger] >= enough:
+                decision = statistics.race(
+                    matrices[incumbent], {challenger: matrices[challenger]}, max_runs=cap
+                )
+                verdict = decision.verdicts[challenger]
+                poi = decision.poi[challenger]
+                self._emit_race(challenger, incumbent, verdict, poi, runs[challenger])
+                if verdict != statistics.UNDECIDED:
+                    return verdict == statistics.BETTER
+            behind = [c for c in (incumbent, challenger) if runs[c] <= runs[challenger]]
+            if not self._validate_round([c for c in behind if runs[c] < cap] or [challenger]):
+                return False
+
+    def _validate_round(self, cids: list[str]) -> bool:
+        """One validation round of `cids` (one batch, shared fresh seeds); False when it
+        scored nothing (a fault or a failure: the race cannot go on)."""
+        self.book.check_time()
+        rows = [self.archive.candidate(cid) for cid in cids]
+        seen = sorted(
+            {
+                int(s)
+                for row in rows
+                for key in ("seeds", "validation_seeds")
+                for s in row.get(key) or []
+            }
+        )
+        names = ", ".join(cids)
+        self._emit(
+            "status", {"text": f"validating {names} on {self.config.confirm_seeds} fresh seeds"}
+        )
+        outcomes = self.batches.evaluate("confirm", rows, exclude_seeds=seen)
+        envs = self._validation_envs()
+        scored = True
+        for cid, outcome in zip(cids, outcomes):
+            estimate = self.archive.record_validation(
+                cid, outcome, envs, run_id=self.run_id, run_update=self.book.update()
+            )
+            if not outcome.passed or estimate is None:
+                logger.warning("validation round of %s scored nothing: %s", cid, outcome.reason)
+                scored = False
+        return scored
+
+    def _measure_test(self, cid: str) -> None:
+        """The new incumbent's test envs on fresh seeds: reported, never read by selection."""
+        if not (self.config.heldout and self.task_suite.heldout):
             return
-        # the same program confirmed the same way anywhere in the archive
-        hit = self.archive.find_confirmation(row["hash"], row["eval_key"])
-        if hit is not None:
-            with self.archive.transaction():
-                self.archive.copy_confirmation(cid, hit)
-                self.archive.update_run(self.run_id, **self.book.update())
-        else:
-            seeds = records.cascade_settings(self.config, "confirm").seeds
-            self._emit("status", {"text": f"confirming {cid} on {seeds} seeds"})
-            # fresh seeds: none the candidate was selected on
-            [outcome] = self.batches.evaluate("confirm", [row], exclude_seeds=row.get("seeds"))
-            update = self.book.update()
-            self.archive.record_confirmation(cid, outcome, run_id=self.run_id, run_update=update)
-        after = self.archive.candidate(cid)
-        data = {"id": cid, "name": after["name"], "fitness": after["fitness"]}
-        self._emit("confirm", {**data, "confirmed": after["confirmed_fitness"]})
+        row = self.archive.candidate(cid)
+        if row.get("final_seeds"):
+            return
+        seen = sorted({int(s) for key in ("seeds", "validation_seeds") for s in row.get(key) or []})
+        self._emit("status", {"text": f"measuring {cid} on the test envs"})
+        [outcome] = self.batches.evaluate("final", [row], exclude_seeds=seen)
+        self.archive.record_final(cid, outcome, run_id=self.run_id, run_update=self.book.update())
+
+    def _validation(self, cid: str):
+        """The candidate's validation score matrix (runs x envs) so far, or None."""
+        rows = self.archive.role_evaluations(cid, "validation")
+        return roles.role_matrix(rows, self._validation_envs())
+
+    def _validation_envs(self) -> list[str]:
+        """The envs a validation round scores: the suite's validation envs, or its training
+        envs (on fresh seeds) when it names none."""
+        suite = self.task_suite
+        return list(suite.validation or suite.envs)
+
+    def _emit_race(self, cid, incumbent, verdict, poi, runs) -> None:
+        row = self.archive.candidate(cid)
+        data = {"id": cid, "name": row["name"], "fitness": row["fitness"]}
+        data.update(
+            confirmed=row.get("validation"),
+            incumbent=incumbent,
+            verdict=verdict,
+            poi=poi.point,
+            poi_low=poi.low,
+            poi_high=poi.high,
+            runs=runs,
+        )
+        self._emit("confirm", data)
 
     # -- helpers --------------------------------------------------------------------------
     def _emit(self, kind: str, data: dict) -> None:

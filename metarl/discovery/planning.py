@@ -51,14 +51,16 @@ def members(archive: Archive, islands: selection.Islands) -> dict[str, selection
 
 
 def parent_info(archive: Archive, cid: str) -> ParentInfo:
+    """A parent as the proposer sees it: its selection view (no test-role number)."""
     row = archive.candidate(cid)
+    outcome = decode_outcome(row)
     return ParentInfo(
         id=cid,
         code=row["code"],
         name=row["name"] or "",
         thought=row["thought"] or "",
         fitness=row["fitness"],
-        outcome=decode_outcome(row),
+        outcome=outcome.selection_view() if outcome is not None else None,
         generation=row["generation"] or 0,
     )
 

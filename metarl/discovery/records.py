@@ -13,19 +13,25 @@ from metarl.discovery.state import Slot
 from metarl.evaluation.executors import ExecutorSettings, pinned_devices
 from metarl.evaluation.seeds import pinned_extension
 from metarl.evaluation.settings import CascadeSettings
+from metarl.rl.suites import get_suite
 from metarl.tasks.candidate import source_hash
 
 
 def cascade_settings(
     config: DiscoverConfig, purpose: str, seed_pool: list[int] | None = None
 ) -> CascadeSettings:
-    """The evaluator's settings for `purpose`: "child" (the selection seeds, the short run as
-    configured), "seed" (seed programs: held-out too, no short run) or "confirm" (an elite
-    re-evaluated on `confirm_seeds` it was not trained on).
+    """The evaluator's settings for `purpose`, one per role of the suite's environments:
+
+    - "child": the training envs on the selection seeds, the short run as configured;
+    - "seed": seed programs, training and test envs (the test scores are only reported);
+    - "confirm": a validation round: the validation envs only (the training envs on fresh
+      seeds when the suite names none), `confirm_seeds` fresh seeds, no short run;
+    - "final": the incumbent's test envs on fresh seeds, measured after selection.
 
     Training seeds: the config's pinned values (a confirmation's extended past them), or
     drawn per batch from the run's secret `seed_pool` (evaluation/seeds.py)."""
-    seeds = config.confirm_seeds if purpose == "confirm" else config.seeds
+    seeds = config.confirm_seeds if purpose in ("confirm", "final") else config.seeds
+    validation = purpose == "confirm" and bool(get_suite(config.suite).validation)
     pinned = config.seed_values
     if pinned and len(pinned) != seeds:
         pinned = pinned_extension(pinned, seeds, ())
@@ -39,7 +45,9 @@ def cascade_settings(
         short_timesteps=config.short_timesteps,
         timeout_s=config.timeout,
         memory_mb=config.memory_mb,
-        heldout=False if purpose == "child" else config.heldout,
+        heldout=purpose in ("seed", "final") and config.heldout,
+        validation=validation,
+        train=purpose in ("child", "seed") or (purpose == "confirm" and not validation),
         skip_short=config.skip_short if purpose == "child" else True,
         unsafe_no_sandbox=config.unsafe_no_sandbox,
         # probe inputs: fresh (unpredictable) for drawn seeds; fixed with pinned seeds, so a

@@ -94,6 +94,7 @@ class RunBook:
             model=",".join(config.models) or None,
             mode=config.mode,
             rng_seed=config.rng_seed,
+            protocol=config.protocol,
             state=RunState().to_dict(),
             changeable={"config": config.to_dict(), **_budgets(config)},
         )

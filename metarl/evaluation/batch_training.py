@@ -56,7 +56,6 @@ optimizer).
 from __future__ import annotations
 
 import logging
-import math
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
@@ -65,13 +64,12 @@ from typing import Callable, Sequence
 from metarl.evaluation.outcome import (
     MalformedResult,
     Outcome,
-    aggregate_intervals,
     env_score,
     parse_outcome,
+    score_roles,
 )
 from metarl.evaluation.sandbox import WorkerResult
 from metarl.evaluation.settings import CascadeSettings, PlannedRun, Reference, plan_runs
-from metarl.rl.scoring import aggregate
 
 logger = logging.getLogger(__name__)
 
@@ -375,26 +373,18 @@ def verify_outcome(
         raw = asdict(score)
         raw["final_returns"] = raw.pop("returns")
         scores.append(
-            env_score(
-                raw, reference.baseline_mean, reference.random_mean, entry.heldout, score.stage
-            )
+            env_score(raw, reference.baseline_mean, reference.random_mean, entry.role, score.stage)
         )
     outcome.env_scores = scores
     short = [s for i, s in enumerate(scores) if scored[i].stage == "short"]
     threshold = settings.short_run_threshold
     outcome.fitness = outcome.heldout = outcome.fitness_ci = outcome.heldout_ci = None
+    outcome.validation = outcome.validation_ci = None
     if outcome.passed:
         if len(scores) != len(scored):
             raise MalformedResult(f"{len(scores)} env scores for {len(scored)} planned runs")
         for score in short:
             if score.normalised is not None and score.normalised < threshold:
                 raise MalformedResult("a passed candidate is below the short-run threshold")
-        full = [s for s in scores if s.stage == "full"]
-        train = [s.normalised for s in full if not s.heldout and s.normalised is not None]
-        held = [s.normalised for s in full if s.heldout and s.normalised is not None]
-        outcome.fitness = aggregate(train) if train else None
-        outcome.heldout = aggregate(held) if held else None
-        outcome.fitness_ci, outcome.heldout_ci = aggregate_intervals(full)
-        if outcome.fitness is not None and not math.isfinite(outcome.fitness):
-            outcome.fitness = outcome.fitness_ci = None
+        score_roles(outcome)
     return outcome

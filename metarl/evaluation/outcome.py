@@ -10,12 +10,20 @@ from typing import Sequence
 
 import numpy as np
 
-from metarl.rl.scoring import bootstrap_interval, normalised_score, per_seed_normalised
+from metarl.rl.scoring import (
+    aggregate,
+    bootstrap_interval,
+    normalised_score,
+    per_seed_normalised,
+)
 from metarl.rl.suites import published_returns
 
 # Every stage a candidate can stop at, in order: the proposer produced no program (`propose`),
 # it repeats an archived one (`dedup`), then the cascade's four stages.
 STAGES = ("propose", "dedup", "static", "probes", "short", "full")
+# The roles of a suite's environments (rl/suites.py): `train` scores rank proposals,
+# `validation` scores decide the incumbent, `test` scores are only reported.
+ROLES = ("train", "validation", "test")
 # the stages a sandboxed worker may report (the parent owns the others)
 WORKER_STAGES = ("probes", "short", "full")
 
@@ -39,7 +47,7 @@ class EnvScore:
     compile_s: float = 0.0
     run_s: float = 0.0
     steps_per_s: float = 0.0
-    heldout: bool = False
+    heldout: bool = False  # role == "test" (kept for readers of older archives)
     stage: str = "full"  # "short" or "full"
     # 95% percentile-bootstrap interval of `normalised` over the training seeds
     # (`metarl.rl.scoring.bootstrap_interval`); None with one seed or an undefined score
@@ -47,6 +55,15 @@ class EnvScore:
     # source label -> the mean return normalised against that source's published PPO return,
     # (mean - random) / (published - random); empty for envs without published references
     published: dict[str, float | None] = field(default_factory=dict)
+    # the env's role in its suite: train | validation | test (ROLES)
+    role: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.role:  # rows from before roles: held out meant test
+            self.role = "test" if self.heldout else "train"
+        if self.role not in ROLES:
+            raise ValueError(f"unknown role {self.role!r}; roles: {', '.join(ROLES)}")
+        self.heldout = self.role == "test"
 
 
 @dataclass
@@ -59,11 +76,14 @@ class Outcome:
     warnings: list[str] = field(default_factory=list)
     env_scores: list[EnvScore] = field(default_factory=list)
     fitness: float | None = None  # aggregate normalised score over the training envs
-    heldout: float | None = None  # aggregate over held-out envs; never used for selection
+    heldout: float | None = None  # aggregate over the test envs; never used for selection
     # 95% bootstrap intervals [low, high] of `fitness` and `heldout` over the training seeds
     # (seeds resampled jointly across envs; `aggregate_intervals`); None with one seed
     fitness_ci: list[float] | None = None
     heldout_ci: list[float] | None = None
+    # aggregate over the validation envs (what decides the incumbent), and its interval
+    validation: float | None = None
+    validation_ci: list[float] | None = None
     fingerprint: str | None = None  # hash of outputs on the task's fixed probe batch
     duplicate_of: str | None = None  # id of an archived candidate with the same fingerprint
     timings: dict[str, float] = field(default_factory=dict)  # stage or phase -> seconds
@@ -99,6 +119,14 @@ class Outcome:
         if "fault" not in data:
             data["fault"] = _legacy_fault(data)
         return cls(**data)
+
+    def selection_view(self) -> "Outcome":
+        """A copy without the test role: no test env scores, no test aggregate. What
+        proposers, prompts and selection receive, so no test number can reach them."""
+        view = Outcome.from_dict(self.to_dict())
+        view.env_scores = [s for s in view.env_scores if s.role != "test"]
+        view.heldout = view.heldout_ci = None
+        return view
 
     @classmethod
     def failure(cls, stage: str, reason: str, **extra) -> "Outcome":
@@ -184,24 +212,22 @@ def _published(value) -> dict[str, float | None]:
     return out
 
 
-def aggregate_intervals(
-    env_scores: Sequence[EnvScore],
-) -> tuple[list[float] | None, list[float] | None]:
-    """The 95% bootstrap intervals of an outcome's fitness and held-out score.
+def role_intervals(env_scores: Sequence[EnvScore]) -> dict[str, list[float] | None]:
+    """The 95% bootstrap interval of each role's aggregate score.
 
-    Over the same scores `fitness` and `heldout` average (the full-stage training, resp.
-    held-out, envs whose normalised score is defined), from each env's per-seed returns and
-    its baseline and random means; seeds are resampled jointly across envs
-    (`metarl.rl.scoring.bootstrap_interval`), so the interval is reproducible from the archive.
+    Over the same scores `score_roles` averages (the full-stage envs of the role whose
+    normalised score is defined), from each env's per-seed returns and its baseline and random
+    means; seeds are resampled jointly across envs (`metarl.rl.scoring.bootstrap_interval`),
+    so the interval is reproducible from the archive.
 
     Returns:
-        (fitness_ci, heldout_ci), each [low, high] or None (no such env, or one seed).
+        role -> [low, high], or None (no such env, or one seed).
     """
-    intervals = []
-    for heldout in (False, True):
+    intervals: dict[str, list[float] | None] = {}
+    for role in ROLES:
         per_seed = []
         for score in env_scores:
-            if score.stage != "full" or bool(score.heldout) != heldout:
+            if score.stage != "full" or score.role != role:
                 continue
             if score.normalised is None or score.baseline_mean is None:
                 continue
@@ -211,12 +237,43 @@ def aggregate_intervals(
             if values is not None:
                 per_seed.append(values)
         interval = bootstrap_interval(per_seed) if per_seed else None
-        intervals.append(list(interval) if interval is not None else None)
-    return intervals[0], intervals[1]
+        intervals[role] = list(interval) if interval is not None else None
+    return intervals
+
+
+def aggregate_intervals(
+    env_scores: Sequence[EnvScore],
+) -> tuple[list[float] | None, list[float] | None]:
+    """The intervals of the train and test roles (`role_intervals`): (fitness_ci, heldout_ci)."""
+    intervals = role_intervals(env_scores)
+    return intervals["train"], intervals["test"]
+
+
+def score_roles(outcome: Outcome) -> None:
+    """Set a passed outcome's aggregate per role from its full-stage env scores, in place:
+    `fitness` (train), `validation` and `heldout` (test), each with its interval.
+
+    The one place the three numbers are computed: the trainer's report and the parent's
+    re-scoring of the raw returns both call it.
+    """
+    full = [s for s in outcome.env_scores if s.stage == "full"]
+    intervals = role_intervals(full)
+    values = {}
+    for role in ROLES:
+        scores = [s.normalised for s in full if s.role == role and s.normalised is not None]
+        value = aggregate(scores) if scores else None
+        values[role] = value if value is not None and math.isfinite(value) else None
+    outcome.fitness, outcome.fitness_ci = values["train"], intervals["train"]
+    outcome.validation, outcome.validation_ci = values["validation"], intervals["validation"]
+    outcome.heldout, outcome.heldout_ci = values["test"], intervals["test"]
+    named = (("train", "fitness"), ("validation", "validation"), ("test", "heldout"))
+    for role, attribute in named:
+        if values[role] is None:
+            setattr(outcome, f"{attribute}_ci", None)
 
 
 def env_score(
-    run: dict, baseline_mean: float, random_mean: float, heldout: bool, stage: str
+    run: dict, baseline_mean: float, random_mean: float, role: str, stage: str
 ) -> EnvScore:
     """An EnvScore computed from a run's raw returns and the parent's reference returns.
 
@@ -227,7 +284,7 @@ def env_score(
         run: an EnvRun as a dict (env, seeds, total_timesteps, final_returns, curve, timings).
         baseline_mean: the baseline program's mean final return on the same config and seeds.
         random_mean: the uniform random policy's mean return on the env.
-        heldout: whether the env is held out (never used for selection).
+        role: the env's role in its suite (ROLES): test scores are never used for selection.
         stage: "short" or "full".
 
     Returns:
@@ -279,7 +336,8 @@ def env_score(
         compile_s=_number(run.get("compile_s", 0.0), "compile_s"),
         run_s=_number(run.get("run_s", 0.0), "run_s"),
         steps_per_s=_number(run.get("steps_per_s", 0.0) or 0.0, "steps_per_s"),
-        heldout=bool(heldout),
+        heldout=role == "test",
+        role=role,
         stage=stage,
         normalised_ci=list(interval) if interval is not None else None,
         published=published,
@@ -324,6 +382,8 @@ def parse_outcome(data: object) -> Outcome:
         heldout=_number(data.get("heldout"), "heldout", allow_none=True),
         fitness_ci=_interval(data.get("fitness_ci"), "fitness_ci"),
         heldout_ci=_interval(data.get("heldout_ci"), "heldout_ci"),
+        validation=_number(data.get("validation"), "validation", allow_none=True),
+        validation_ci=_interval(data.get("validation_ci"), "validation_ci"),
         fingerprint=data.get("fingerprint"),
         duplicate_of=data.get("duplicate_of"),
         timings={str(k): _number(v, "timing", allow_none=True) or 0.0 for k, v in timings.items()},
@@ -337,6 +397,8 @@ def _parse_env_score(data: dict) -> EnvScore:
     known = {k: v for k, v in data.items() if k in _ENV_SCORE_FIELDS}
     known["normalised_ci"] = _interval(known.get("normalised_ci"), "normalised_ci")
     known["published"] = _published(known.get("published", {}))
+    if known.get("role", "") not in ("", *ROLES):
+        raise MalformedResult("role is not one of " + ", ".join(ROLES))
     return EnvScore(**known)
 
 

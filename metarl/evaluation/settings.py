@@ -67,7 +67,10 @@ class CascadeSettings:
     train_timeout_factor: float = 10.0  # training limit: this x the baseline's time for the work
     train_timeout_floor_s: float = 120.0  # ... but at least this (compile time varies)
     memory_mb: int = SandboxLimits.memory_mb  # address-space limit and memory watchdog
-    heldout: bool = True  # also score the suite's held-out envs (never used for selection)
+    heldout: bool = True  # also score the suite's test envs (never used for selection)
+    validation: bool = False  # also score the suite's validation envs (decide the incumbent)
+    # score the training envs (False: only the validation and/or test roles, no short run)
+    train: bool = True
     skip_short: bool = False
     probe_seed: int | None = None  # None: fresh random probe inputs for every evaluation
     cpu_s: float | None = SandboxLimits.cpu_s  # RLIMIT_CPU; None: timeout_s * cores + 60
@@ -126,8 +129,13 @@ class PlannedRun:
 
     stage: str  # "short" | "full"
     config: PPOConfig
-    heldout: bool
+    role: str  # the env's role in the suite: train | validation | test
     updates: int  # the update this segment stops at (config.num_updates for a full run)
+
+    @property
+    def heldout(self) -> bool:
+        """A test env: scored and reported, never read by selection."""
+        return self.role == "test"
 
     @property
     def key(self) -> str:
@@ -145,27 +153,31 @@ def plan_runs(settings: CascadeSettings) -> list[PlannedRun]:
 
     The short run is the first `short_timesteps` (default: the suite's short budget) of the
     first training env's full run; when that is the whole run, the short run is the full run
-    on that env and the plan holds it once, as "short", then "full" with the same key.
+    on that env and the plan holds it once, as "short", then "full" with the same key. Then
+    the full runs by role: train, validation (with `validation`), test (with `heldout`);
+    `train=False` leaves out the training envs and the short run (a validation round).
     """
     suite = get_suite(settings.suite)
     chosen = settings.envs
-    envs = [e for e in (chosen or suite.envs) if e in suite.envs]
-    heldout = (
-        [e for e in suite.heldout if chosen is None or e in chosen] if settings.heldout else []
-    )
+
+    def picked(envs: tuple[str, ...], wanted: bool) -> list[str]:
+        return [e for e in envs if chosen is None or e in chosen] if wanted else []
+
+    train = [e for e in (chosen or suite.envs) if e in suite.envs] if settings.train else []
     plan = []
-    if not settings.skip_short:
-        full = suite.config(envs[0], settings.total_timesteps)
+    if train and not settings.skip_short:
+        full = suite.config(train[0], settings.total_timesteps)
         short = int(settings.short_timesteps or suite.short_budget)
         updates = min(full.num_updates, max(1, -(-short // full.batch_size)))
-        plan.append(PlannedRun("short", full, False, updates))
+        plan.append(PlannedRun("short", full, "train", updates))
 
-    def full_run(env: str, held: bool) -> PlannedRun:
+    def full_run(env: str, role: str) -> PlannedRun:
         config = suite.config(env, settings.total_timesteps)
-        return PlannedRun("full", config, held, config.num_updates)
+        return PlannedRun("full", config, role, config.num_updates)
 
-    plan += [full_run(env, False) for env in envs]
-    plan += [full_run(env, True) for env in heldout]
+    plan += [full_run(env, "train") for env in train]
+    plan += [full_run(env, "validation") for env in picked(suite.validation, settings.validation)]
+    plan += [full_run(env, "test") for env in picked(suite.heldout, settings.heldout)]
     return plan
 
 
@@ -178,13 +190,16 @@ def validate(settings: CascadeSettings) -> None:
     """
     suite = get_suite(settings.suite)  # UnknownSuite, a KeyError with a readable message
     if settings.envs is not None:
-        unknown = [e for e in settings.envs if e not in suite.envs + suite.heldout]
+        unknown = [e for e in settings.envs if e not in suite.all_envs]
         if unknown or not [e for e in settings.envs if e in suite.envs]:
             raise ValueError(
                 f"envs {settings.envs} must include a training env of suite {suite.name!r} "
-                f"({', '.join(suite.envs)}) and only its envs (held-out: "
+                f"({', '.join(suite.envs)}) and only its envs (validation: "
+                f"{', '.join(suite.validation) or 'none'}; test: "
                 f"{', '.join(suite.heldout) or 'none'})"
             )
+    if not plan_runs(settings):
+        raise ValueError(f"suite {suite.name!r}: these settings score no environment")
     if int(settings.seeds) < 1:
         raise ValueError("seeds must be at least 1")
     if settings.seed_values is not None:

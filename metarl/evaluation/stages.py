@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from metarl.evaluation.outcome import EnvScore, Outcome, env_score
+from metarl.evaluation.outcome import EnvScore, Outcome, env_score, score_roles
 from metarl.evaluation.preflight import compile_group
 from metarl.evaluation.settings import CascadeSettings, PlannedRun, plan_runs
 from metarl.evaluation.tracing import (  # the tracer's half; re-exported for older callers
@@ -42,7 +42,6 @@ from metarl.rl.artifact import (
 )
 from metarl.rl.behaviour import BehaviourRejected
 from metarl.rl.configs import PPOConfig
-from metarl.rl.scoring import aggregate
 from metarl.rl.training import BatchProgram, EnvRun, random_policy_return
 from metarl.tasks import Task
 from metarl.tasks.behaviour import check_artifact
@@ -143,7 +142,7 @@ def _score(run: EnvRun, entry: PlannedRun, references: dict[str, dict]) -> EnvSc
         run.to_dict(),
         reference["baseline_mean"],
         reference["random_mean"],
-        entry.heldout,
+        entry.role,
         entry.stage,
     )
 
@@ -373,11 +372,7 @@ def evaluate_artifacts(
     for candidate in alive:
         outcome = candidate.outcome
         outcome.passed, outcome.stage = True, "full"
-        full = [s for s in outcome.env_scores if s.stage == "full"]
-        train_scores = [s.normalised for s in full if not s.heldout and s.normalised is not None]
-        held_scores = [s.normalised for s in full if s.heldout and s.normalised is not None]
-        outcome.fitness = aggregate(train_scores) if train_scores else None
-        outcome.heldout = aggregate(held_scores) if held_scores else None
+        score_roles(outcome)
     return outcomes
 
 

@@ -95,10 +95,12 @@ MINATAR_LEARNING_RATES = {
 
 
 def default_config(env_name: str, **overrides) -> PPOConfig:
-    """The tuned PPO config for `env_name`, with `overrides` applied on top."""
-    if env_name in MINATAR_LEARNING_RATES:
-        base = dict(MINATAR, lr=MINATAR_LEARNING_RATES[env_name])
-    elif env_name.endswith("-MinAtar"):
+    """The tuned PPO config for `env_name` (a variant `Base:field=value` gets its base's),
+    with `overrides` applied on top."""
+    family = env_name.partition(":")[0]
+    if family in MINATAR_LEARNING_RATES:
+        base = dict(MINATAR, lr=MINATAR_LEARNING_RATES[family])
+    elif family.endswith("-MinAtar"):
         base = dict(MINATAR, lr=3e-3)
     else:
         base = dict(CLASSIC_CONTROL)

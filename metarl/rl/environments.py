@@ -8,6 +8,7 @@ was truncated by the time limit, and the observation it was truncated at (`final
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, NamedTuple
 
 import gymnax
@@ -32,16 +33,68 @@ class Step(NamedTuple):
     final_obs: jax.Array
 
 
+VARIANT_SEPARATOR = ":"
+
+
+def split_variant(name: str) -> tuple[str, dict[str, float]]:
+    """A variant name's gymnax environment and parameter changes.
+
+    A *variant* is a gymnax environment with some of its `EnvParams` changed, written
+    `Base:field=value+field=value` (e.g. `CartPole-v1:gravity=15+force_mag=7`): the same
+    dynamics family at another parameterisation, which is how a suite's validation role asks
+    "does it generalise beyond the exact training environment" without a new code path.
+
+    Args:
+        name: an environment name, plain (`CartPole-v1`) or a variant.
+
+    Returns:
+        (the gymnax name, field -> value); the dict is empty for a plain name.
+
+    Raises:
+        UnknownEnvironment: a malformed change (not `field=number`).
+    """
+    base, _, changes = name.partition(VARIANT_SEPARATOR)
+    params: dict[str, float] = {}
+    for change in filter(None, (c.strip() for c in re.split(r"\+(?=[A-Za-z_])", changes))):
+        field, equals, value = change.partition("=")
+        try:
+            if not equals:
+                raise ValueError(change)
+            params[field.strip()] = float(value)
+        except ValueError:
+            raise UnknownEnvironment(
+                f"malformed environment variant {name!r}: write {base}:field=number+field=number"
+            ) from None
+    return base, params
+
+
+def base_name(name: str) -> str:
+    """The gymnax environment a (possibly variant) name runs."""
+    return split_variant(name)[0]
+
+
 class FlatDiscreteEnv:
-    """A gymnax environment with flat float observations and a discrete action space."""
+    """A gymnax environment with flat float observations and a discrete action space; a
+    variant name (`split_variant`) changes its `EnvParams`."""
 
     def __init__(self, name: str):
-        if name not in gymnax.registered_envs:
+        base, changes = split_variant(name)
+        if base not in gymnax.registered_envs:
             raise UnknownEnvironment(
-                f"unknown environment {name!r}; gymnax knows: {', '.join(gymnax.registered_envs)}"
+                f"unknown environment {base!r}; gymnax knows: {', '.join(gymnax.registered_envs)}"
             )
         self.name = name
-        self.env, self.params = gymnax.make(name)
+        self.env, self.params = gymnax.make(base)
+        if changes:
+            known = set(type(self.params).__dataclass_fields__)
+            unknown = sorted(set(changes) - known)
+            if unknown:
+                raise UnknownEnvironment(
+                    f"{base} has no parameter {', '.join(unknown)}; its parameters: "
+                    f"{', '.join(sorted(known))}"
+                )
+            typed = {k: type(getattr(self.params, k))(v) for k, v in changes.items()}
+            self.params = self.params.replace(**typed)
         action_space = self.env.action_space(self.params)
         if not hasattr(action_space, "n"):
             raise UnknownEnvironment(

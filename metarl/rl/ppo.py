@@ -92,15 +92,28 @@ class TrainResult(NamedTuple):
     final_return: jax.Array  # scalar: see `final_return` in make_train
 
 
-def learning_rate_schedule(config: PPOConfig) -> Schedule:
-    """purejaxrl's linear annealing: constant within an update, 0 after the last one."""
+def learning_rate_schedule(config: PPOConfig, lr: jax.Array | float | None = None) -> Schedule:
+    """purejaxrl's linear annealing: constant within an update, 0 after the last one.
+
+    Args:
+        config: the run's config; its `lr` is the peak (initial) rate unless `lr` is given.
+        lr: the peak rate to use instead of `config.lr`, possibly a traced float32 scalar (one
+            per row of a vmapped learning-rate sweep, see training.BatchProgram). None keeps
+            the schedule exactly as without the argument: `config.lr` as a Python constant.
+
+    Returns:
+        `schedule(count) -> lr at optimizer step count` (float32).
+    """
     steps_per_update = config.num_minibatches * config.update_epochs
+    # A traced peak is cast to float32, the dtype the Python constant takes when it meets the
+    # float32 fraction, so a swept row computes what the separate run at that lr computes.
+    peak = config.lr if lr is None else jnp.asarray(lr, jnp.float32)
 
     def schedule(count: jax.Array) -> jax.Array:
         if not config.anneal_lr:
-            return jnp.asarray(config.lr, jnp.float32)
+            return jnp.asarray(peak, jnp.float32)
         fraction = 1.0 - (count // steps_per_update) / config.num_updates
-        return config.lr * fraction
+        return peak * fraction
 
     return schedule
 
@@ -139,8 +152,14 @@ def _tree_all_finite(tree: Any) -> jax.Array:
 NEGATIVE_DRIFT_TOLERANCE = 1e-5
 
 
-def make_trainer(config: PPOConfig, components: Components = Components()) -> Trainer:
+def make_trainer(
+    config: PPOConfig, components: Components = Components(), lr: jax.Array | float | None = None
+) -> Trainer:
     """Build the `Trainer` (init, segment) of one seed; vmap it over seeds and jit.
+
+    `lr`, when given (a traced scalar inside a vmapped learning-rate sweep), replaces
+    `config.lr` as the peak of the annealed learning rate (see `learning_rate_schedule`);
+    None trains exactly as before the argument existed.
 
     A run is one or more segments of the same program: the update count to stop at is a traced
     value, so the cascade's short run is the first segment of the full run (learning rate
@@ -159,7 +178,7 @@ def make_trainer(config: PPOConfig, components: Components = Components()) -> Tr
     )
     optimizer = optax.chain(
         optax.clip_by_global_norm(config.max_grad_norm),
-        components.make_optimizer(learning_rate_schedule(config), config),
+        components.make_optimizer(learning_rate_schedule(config, lr), config),
     )
     drift = components.drift
     num_updates = config.num_updates

@@ -1,8 +1,17 @@
 """Named environment suites: the user's vocabulary for "train on what, for how long".
 
-A suite has training environments (what selection sees) and held-out environments (scored
-for the leaderboard only). Budgets are per environment; `short_budget` is the cascade's cheap
-first look at the first training environment. A suite may carry published PPO returns
+A suite gives its environments three roles: *train* (scores rank proposals), *validation*
+(scores on fresh seeds decide the incumbent) and *test* (`heldout`: scored and reported,
+never read by selection, prompts or rewards). Budgets are per environment; `short_budget` is
+the cascade's cheap first look at the first training environment.
+
+Why these environments (benchmarks/discrimination.py, RESULTS.md): an environment earns a
+role only if programs known to differ score differently there by more than seed noise. At
+the demo's 1e5 steps, CartPole and Acrobot barely separate PPO-clip from no trust region or a
+too-tight one (discrimination ratio 0.9 each, 4 seeds); Catch separates them a little, with
+almost no seed noise (ratio 5.5, spread 0.10); Breakout- and SpaceInvaders-MinAtar separate
+them widely (ratio 15.5 and 23; no trust region scores ~0). So `classic` validates on Catch
+and Breakout and tests on SpaceInvaders, where Catch used to be its only held-out env. A suite may carry published PPO returns
 (`published`: source label -> env -> mean final return) that scores are also normalised
 against, next to this machine's own baseline.
 """
@@ -31,11 +40,32 @@ class Suite:
     envs: tuple[str, ...]
     total_timesteps: int
     short_budget: int
-    heldout: tuple[str, ...] = ()
+    heldout: tuple[str, ...] = ()  # the test role: scored and reported, never selected on
     default_seeds: int = 4
     overrides: dict = field(default_factory=dict)
     description: str = ""
     published: PublishedReturns = field(default_factory=dict)
+    # the validation role: what decides the incumbent, on fresh seeds (other environments or
+    # variants `Base:field=value` of the training ones; rl/environments.py)
+    validation: tuple[str, ...] = ()
+
+    @property
+    def test(self) -> tuple[str, ...]:
+        """The test role's environments (`heldout`)."""
+        return self.heldout
+
+    @property
+    def all_envs(self) -> tuple[str, ...]:
+        """Every environment of the suite: train, validation, test."""
+        return (*self.envs, *self.validation, *self.heldout)
+
+    def roles(self) -> dict[str, list[str]]:
+        """role -> its environments, in order (train, validation, test)."""
+        return {
+            "train": list(self.envs),
+            "validation": list(self.validation),
+            "test": list(self.heldout),
+        }
 
     def config(self, env_name: str, total_timesteps: int | None = None) -> PPOConfig:
         return default_config(
@@ -60,9 +90,11 @@ SUITES: dict[str, Suite] = {
             envs=("CartPole-v1", "Acrobot-v1"),
             total_timesteps=500_000,
             short_budget=100_000,
-            heldout=("Catch-bsuite",),
+            heldout=("SpaceInvaders-MinAtar",),
+            validation=("Catch-bsuite", "Breakout-MinAtar"),
             default_seeds=4,
-            description="CartPole-v1 and Acrobot-v1 at 5e5 steps: the CPU demo",
+            description="CartPole-v1 and Acrobot-v1 at 5e5 steps (validation: Catch, "
+            "Breakout-MinAtar; test: SpaceInvaders-MinAtar): the CPU demo",
         ),
         Suite(
             "minatar",
@@ -72,8 +104,11 @@ SUITES: dict[str, Suite] = {
             total_timesteps=10_000_000,
             short_budget=1_000_000,
             heldout=("Asterix-MinAtar", "SpaceInvaders-MinAtar"),
+            # the fifth MinAtar game, in neither side of DiscoBench's split
+            validation=("Seaquest-MinAtar",),
             default_seeds=8,
-            description="MinAtar at 1e7 steps, DiscoBench's split: for a GPU",
+            description="MinAtar at 1e7 steps, DiscoBench's split (validation: Seaquest): "
+            "for a GPU",
             published={
                 "learn-rl-algorithms": {
                     "Breakout-MinAtar": 50.08,
@@ -87,9 +122,26 @@ SUITES: dict[str, Suite] = {
                     "Freeway-MinAtar": 61.82,
                     "SpaceInvaders-MinAtar": 180.88,
                 },
+                "DiscoGen 1.3.0": {
+                    "Breakout-MinAtar": 59.52,
+                    "Asterix-MinAtar": 18.59,
+                    "Freeway-MinAtar": 62.19,
+                    "SpaceInvaders-MinAtar": 190.63,
+                },
             },
         ),
     )
+}
+
+
+# where each published reference comes from: label -> source and version. The numbers differ
+# between sources (Breakout: 50.08, 69.91, 59.52), which is why every normalised score that
+# selection reads is against this machine's own baseline on the same seeds, and published
+# references are shown beside it, labelled, never instead of it.
+REFERENCE_SOURCES: dict[str, str] = {
+    "learn-rl-algorithms": "learn-rl-algorithms (Goldie et al.), its tuned PPO's MinAtar returns",
+    "DiscoBench": "DiscoBench (Goldie et al. 2026), the PPO baseline of its OnPolicyRL tables",
+    "DiscoGen 1.3.0": "DiscoGen 1.3.0, domains/OnPolicyRL/utils/baseline_scores.yaml",
 }
 
 

@@ -138,6 +138,70 @@ def batch_functions(config: PPOConfig, select: Select) -> tuple[Callable, Callab
     return init, segment
 
 
+def sweep_batch_functions(config: PPOConfig, select: Select) -> tuple[Callable, Callable]:
+    """`batch_functions` with the learning rate as one more vmapped input.
+
+    Returns:
+        `init(keys, lrs, index)` and `segment(runner, lrs, index, stop)`, vmapped over rows:
+        row r trains with key `keys[r]` at peak learning rate `lrs[r]` (a traced float32 that
+        `make_trainer(..., lr=)` builds the optimizer's schedule from, inside the vmap).
+    """
+
+    def init(keys, lrs, index):
+        def row(key, lr):
+            return make_trainer(config, select(index), lr=lr).init(key)
+
+        return jax.vmap(row)(keys, lrs)
+
+    def segment(runner, lrs, index, stop):
+        def row(runner, lr):
+            return make_trainer(config, select(index), lr=lr).segment(runner, stop)
+
+        return jax.vmap(row)(runner, lrs)
+
+    return init, segment
+
+
+def sweep_rows(
+    seeds: Sequence[int], learning_rates: Sequence[float]
+) -> tuple[jax.Array, jax.Array]:
+    """The rows of a learning-rate sweep: every learning rate paired with every seed.
+
+    Args:
+        seeds: the S training seeds.
+        learning_rates: the L peak learning rates.
+
+    Returns:
+        `(keys, lrs)`, each with L x S rows: row r is learning rate `r // S` on seed `r % S`
+        (the seeds' keys repeat once per learning rate; lrs are float32).
+    """
+    keys = seed_keys(seeds)
+    lrs = jnp.asarray([float(lr) for lr in learning_rates], jnp.float32)
+    return jnp.tile(keys, (len(learning_rates), 1)), jnp.repeat(lrs, len(seeds))
+
+
+def _check_learning_rates(learning_rates: Sequence[float]) -> tuple[float, ...]:
+    values = tuple(float(lr) for lr in learning_rates)
+    if not values:
+        raise ValueError("a learning-rate sweep needs at least one learning rate")
+    if not all(math.isfinite(lr) and lr > 0 for lr in values):
+        raise ValueError(f"learning rates must be finite and positive, got {list(values)}")
+    return values
+
+
+def sweep_config(config: PPOConfig, lr: float) -> PPOConfig:
+    """The config a swept row trains with: `config` at peak learning rate `lr`."""
+    return config.replace(lr=float(lr))
+
+
+def _label_sweep_run(run: EnvRun, config: PPOConfig) -> EnvRun:
+    """Record which learning rate a swept EnvRun trained at (EnvRun carries the env name, not
+    the config): `extra["lr"]` and the `extra["config_hash"]` of `config.replace(lr=lr)`."""
+    run.extra["lr"] = config.lr
+    run.extra["config_hash"] = config.config_hash()
+    return run
+
+
 class BatchProgram:
     """One compiled PPO program for a batch of candidates on one config and set of seeds.
 
@@ -151,24 +215,72 @@ class BatchProgram:
     Why calls rather than `vmap` over candidates: on the 2-core CPU a vmapped batch gains no
     parallelism and its float rounding depends on the batch; `lax.map` would tie every
     candidate to the slowest segment plan. See benchmarks/RESULTS.md for the measurements.
+
+    A learning-rate sweep (`learning_rates` given) adds one vmapped axis: the program runs
+    L x S rows (row r: learning rate r // S on seed r % S, see `sweep_rows`), the learning rate
+    a traced input of each row, so all L rates share one compiled program. Its results come
+    per learning rate from `advance_sweep` / `advance_sweep_per_seed`.
+
+    Numerics of a sweep: the traced rate changes no bit (a row equals the same row of a plain
+    program at that rate vmapped over as many rows), but a plain program over the S seeds alone
+    is a different batch shape, which XLA's CPU kernels round differently: the weights differ
+    by a few float32 ulps per update, and over a long run that grows into different (equally
+    valid) trajectories. So a swept rate is not the cached baseline run at that rate bit for
+    bit; compare sweeps with sweeps.
     """
 
-    def __init__(self, config: PPOConfig, select: Select, size: int, seeds: Sequence[int]):
+    def __init__(
+        self,
+        config: PPOConfig,
+        select: Select,
+        size: int,
+        seeds: Sequence[int],
+        learning_rates: Sequence[float] | None = None,
+    ):
+        """Compile the program.
+
+        Args:
+            config: the PPO config (for a sweep, every field but `lr`).
+            select: candidate index (traced int32) -> Components.
+            size: the number of candidates `select` chooses from.
+            seeds: the training seeds.
+            learning_rates: None for a plain program (vmapped over seeds, `config.lr`), or
+                the L peak learning rates of a sweep (vmapped over L x S rows).
+        """
         self.config = config
         self.size = int(size)
         self.seeds = [int(s) for s in seeds]
         self._keys = seed_keys(self.seeds)
-        init, segment = batch_functions(config, select)
         index = jnp.asarray(0, jnp.int32)
         start = time.perf_counter()
-        self._init = jax.jit(init).lower(self._keys, index).compile()
-        runner_shape = jax.eval_shape(init, self._keys, index)
-        self._segment = jax.jit(segment).lower(runner_shape, index, index).compile()
+        if learning_rates is None:
+            self.learning_rates = None
+            self._lrs = None
+            init, segment = batch_functions(config, select)
+            self._init = jax.jit(init).lower(self._keys, index).compile()
+            runner_shape = jax.eval_shape(init, self._keys, index)
+            self._segment = jax.jit(segment).lower(runner_shape, index, index).compile()
+        else:
+            self.learning_rates = _check_learning_rates(learning_rates)
+            self._keys, self._lrs = sweep_rows(self.seeds, self.learning_rates)
+            init, segment = sweep_batch_functions(config, select)
+            self._init = jax.jit(init).lower(self._keys, self._lrs, index).compile()
+            runner_shape = jax.eval_shape(init, self._keys, self._lrs, index)
+            self._segment = jax.jit(segment).lower(runner_shape, self._lrs, index, index).compile()
         self.compile_s = time.perf_counter() - start
 
+    @property
+    def sweeps(self) -> bool:
+        """Whether this program sweeps learning rates."""
+        return self.learning_rates is not None
+
     def start(self, index: int):
-        """The initial (device-resident) state of candidate `index` on every seed."""
-        return self._init(self._keys, jnp.asarray(index, jnp.int32))
+        """The initial (device-resident) state of candidate `index` on every seed (on every
+        learning rate x seed row, for a sweep)."""
+        index = jnp.asarray(index, jnp.int32)
+        if self.sweeps:
+            return self._init(self._keys, self._lrs, index)
+        return self._init(self._keys, index)
 
     def advance(self, runner, index: int, stop: int) -> tuple[object, EnvRun]:
         """Train candidate `index` from where `runner` is up to update `stop`.
@@ -177,24 +289,86 @@ class BatchProgram:
             The new state and the run summarised so far (its final return: the episodes ended
             in the last 10% of this segment's updates); `compile_s` is 0 (see `compile_s`).
         """
+        self._require(sweep=False)
         runner, result, run_s = self._run_segment(runner, index, stop)
         return runner, summarise(self.config, self.seeds, result, int(stop), 0.0, run_s)
 
     def advance_per_seed(self, runner, index: int, stop: int) -> tuple[object, list[EnvRun]]:
         """`advance`, summarised once per seed (each EnvRun holds one seed): how baselines are
         cached, per (config, seed). Each seed's numbers are those of the vmapped run."""
+        self._require(sweep=False)
         runner, result, run_s = self._run_segment(runner, index, stop)
+        return runner, self._per_seed(self.config, result, int(stop), run_s)
+
+    def advance_sweep(self, runner, index: int, stop: int) -> tuple[object, list[EnvRun]]:
+        """`advance` for a sweep: train every learning rate x seed row up to update `stop`.
+
+        Args:
+            runner: the state from `start` or the previous `advance_sweep`.
+            index: the candidate.
+            stop: the update to stop at.
+
+        Returns:
+            The new state and one EnvRun per learning rate (in `learning_rates` order), each
+            over all seeds, summarised with `config.replace(lr=lr)`: `extra["lr"]` and
+            `extra["config_hash"]` name the learning rate. `run_s` is the wall time of the
+            whole sweep's call (shared by the learning rates); `compile_s` is 0.
+        """
+        self._require(sweep=True)
+        runner, result, run_s = self._run_segment(runner, index, stop)
+        runs = []
+        for position, lr in enumerate(self.learning_rates):
+            config = sweep_config(self.config, lr)
+            rows = self._lr_rows(result, position)
+            run = summarise(config, self.seeds, rows, int(stop), 0.0, run_s)
+            runs.append(_label_sweep_run(run, config))
+        return runner, runs
+
+    def advance_sweep_per_seed(
+        self, runner, index: int, stop: int
+    ) -> tuple[object, list[list[EnvRun]]]:
+        """`advance_sweep`, summarised once per learning rate and seed.
+
+        Returns:
+            The new state and `runs[lr][seed]` (orders of `learning_rates` and `seeds`), each
+            EnvRun holding one seed, labelled with its learning rate as in `advance_sweep`.
+        """
+        self._require(sweep=True)
+        runner, result, run_s = self._run_segment(runner, index, stop)
+        runs = []
+        for position, lr in enumerate(self.learning_rates):
+            config = sweep_config(self.config, lr)
+            rows = self._lr_rows(result, position)
+            per_seed = self._per_seed(config, rows, int(stop), run_s)
+            runs.append([_label_sweep_run(run, config) for run in per_seed])
+        return runner, runs
+
+    def _lr_rows(self, result, position: int):
+        """The S rows of learning rate `position` out of the L x S rows of a sweep."""
+        first = position * len(self.seeds)
+        return jax.tree.map(lambda x: x[first : first + len(self.seeds)], result)
+
+    def _per_seed(self, config, result, stop: int, run_s: float) -> list[EnvRun]:
+        """One EnvRun per seed out of S rows of `result`."""
         runs = []
         for position, seed in enumerate(self.seeds):
             alone = jax.tree.map(lambda x, p=position: x[p : p + 1], result)
-            runs.append(summarise(self.config, [seed], alone, int(stop), 0.0, run_s))
-        return runner, runs
+            runs.append(summarise(config, [seed], alone, stop, 0.0, run_s))
+        return runs
+
+    def _require(self, sweep: bool) -> None:
+        if sweep and not self.sweeps:
+            raise ValueError("advance_sweep needs a program built with learning_rates")
+        if not sweep and self.sweeps:
+            raise ValueError("this program sweeps learning rates: use advance_sweep")
 
     def _run_segment(self, runner, index: int, stop: int):
         start = time.perf_counter()
-        runner, result = self._segment(
-            runner, jnp.asarray(index, jnp.int32), jnp.asarray(stop, jnp.int32)
-        )
+        index, stop = jnp.asarray(index, jnp.int32), jnp.asarray(stop, jnp.int32)
+        if self.sweeps:
+            runner, result = self._segment(runner, self._lrs, index, stop)
+        else:
+            runner, result = self._segment(runner, index, stop)
         result = jax.block_until_ready(result)
         return runner, result, time.perf_counter() - start
 
@@ -213,6 +387,53 @@ def run_training(config: PPOConfig, components: Components, seeds: Sequence[int]
     result = jax.block_until_ready(compiled(keys))
     run_s = time.perf_counter() - start
     return summarise(config, seeds, result, config.num_updates, compile_s, run_s)
+
+
+def run_sweep(
+    config: PPOConfig,
+    components: Components,
+    seeds: Sequence[int],
+    learning_rates: Sequence[float],
+) -> list[EnvRun]:
+    """`run_training` at every learning rate at once: one program vmapped over L x S rows.
+
+    Args:
+        config: the PPO config (every field but `lr`, which each learning rate replaces).
+        components: the algorithm components to train.
+        seeds: the training seeds (the same seeds at every learning rate).
+        learning_rates: the L peak learning rates.
+
+    Returns:
+        One EnvRun per learning rate, in order, each over all seeds and labelled with
+        `extra["lr"]` and the `extra["config_hash"]` of `config.replace(lr=lr)`. `compile_s`
+        and `run_s` are those of the one shared program (not divided among the rates).
+        The numbers equal `run_training` at each rate up to the float rounding of a larger
+        vmapped batch (see BatchProgram), not bit for bit.
+    """
+    seeds = [int(s) for s in seeds]
+    learning_rates = _check_learning_rates(learning_rates)
+    keys, lrs = sweep_rows(seeds, learning_rates)
+
+    def row(key, lr):
+        trainer = make_trainer(config, components, lr=lr)
+        _, result = trainer.segment(trainer.init(key), config.num_updates)
+        return result
+
+    start = time.perf_counter()
+    compiled = jax.jit(jax.vmap(row)).lower(keys, lrs).compile()
+    compile_s = time.perf_counter() - start
+
+    start = time.perf_counter()
+    result = jax.block_until_ready(compiled(keys, lrs))
+    run_s = time.perf_counter() - start
+    runs = []
+    for position, lr in enumerate(learning_rates):
+        lr_config = sweep_config(config, lr)
+        first = position * len(seeds)
+        rows = jax.tree.map(lambda x, f=first: x[f : f + len(seeds)], result)
+        run = summarise(lr_config, seeds, rows, config.num_updates, compile_s, run_s)
+        runs.append(_label_sweep_run(run, lr_config))
+    return runs
 
 
 @lru_cache(maxsize=None)

@@ -86,8 +86,8 @@ def outcome_summary(outcome: Outcome | None) -> str:
         if outcome.fitness is not None:
             lines.append(f"partial fitness {_num(outcome.fitness)}")
     for score in outcome.env_scores:
-        if score.heldout:
-            continue  # held-out environments are never shown to the proposer
+        if score.role != "train":
+            continue  # validation and test environments are never shown to the proposer
         returns = ", ".join(_num(r, 1) for r in score.returns[:8])
         baseline = _num(score.baseline_mean, 1) if score.baseline_mean is not None else "?"
         random_ = _num(score.random_mean, 1) if score.random_mean is not None else "?"

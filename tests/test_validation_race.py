@@ -1,0 +1,200 @@
+"""Selection by role (issue 23): training scores nominate, validation races decide, test
+scores are measured and never read.
+
+In-process with a role-aware fake evaluator (no sandbox, no training): it scores every planned
+environment of its purpose (evaluation/settings.py `plan_runs`) from a per-program quality and
+a per-seed noise, so each property is exact and deterministic.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from metarl.archives import Archive
+from metarl.discovery.config import DiscoverConfig
+from metarl.discovery.loop import DiscoveryLoop
+from metarl.discovery.proposers.mutation import MutationProposer
+from metarl.evaluation.outcome import EnvScore, Outcome, score_roles
+from metarl.evaluation.seeds import pinned_extension
+from metarl.evaluation.settings import plan_runs
+from metarl.rl.suites import SUITES, Suite
+from metarl.tasks import get_task
+
+SEEDS = {seed.source for seed in get_task("drift").seed_programs()}
+
+
+def unit(*parts) -> float:
+    """A deterministic number in [0, 1) from `parts`."""
+    digest = hashlib.sha256("|".join(map(str, parts)).encode()).hexdigest()
+    return int(digest[:8], 16) / 0x100000000
+
+
+class RoleEvaluator:
+    """Scores each planned env of its settings. A program's return on an env is its quality
+    for the env's role plus seed noise of amplitude `noise`; children beat the seeds on
+    training envs by 1, and on validation envs by `validation_gain`; test returns come from
+    `test_return(source, env, seed)`."""
+
+    def __init__(self, settings, log, validation_gain=0.0, noise=0.1, test_return=None):
+        self.settings, self.log = settings, log
+        self.validation_gain, self.noise = validation_gain, noise
+        self.test_return = test_return or (lambda source, env, seed: unit(source, env, seed))
+
+    def value(self, source: str, role: str, env: str, seed: int) -> float:
+        child = source not in SEEDS
+        if role == "test":
+            return self.test_return(source, env, seed)
+        base = unit(source, role)
+        if child:
+            base += 1.0 if role == "train" else self.validation_gain
+        return 5.0 + base + self.noise * (unit(env, seed) - 0.5)
+
+    def evaluate_batch(self, sources, task, known_fingerprints=None, progress=None, **kw):
+        settings = self.settings
+        seeds = pinned_extension(settings.seed_values, settings.seeds, kw.get("exclude_seeds", ()))
+        runs = [p for p in plan_runs(settings) if p.stage == "full"]
+        self.log.append((tuple(p.role for p in runs), len(sources), tuple(seeds)))
+        out = []
+        for source in sources:
+            scores = []
+            for entry in runs:
+                env = entry.config.env_name
+                returns = [self.value(source, entry.role, env, s) for s in seeds]
+                mean = sum(returns) / len(returns)
+                scores.append(
+                    EnvScore(
+                        env=env,
+                        seeds=list(seeds),
+                        total_timesteps=8192,
+                        returns=returns,
+                        mean=mean,
+                        std=0.0,
+                        normalised=mean / 5.0,
+                        baseline_mean=5.0,
+                        random_mean=0.0,
+                        role=entry.role,
+                    )
+                )
+            outcome = Outcome(passed=True, stage="full", env_scores=scores, fingerprint=source)
+            score_roles(outcome)
+            out.append(outcome)
+        return out
+
+    def close(self):
+        pass
+
+
+@pytest.fixture
+def role_suites(monkeypatch):
+    """Two suites that differ only in their test environments."""
+    for name, test in (("roles-a", ("Catch-bsuite",)), ("roles-b", ("MountainCar-v0",))):
+        suite = Suite(
+            name,
+            envs=("CartPole-v1",),
+            total_timesteps=8192,
+            short_budget=4096,
+            heldout=test,
+            validation=("CartPole-v1:gravity=15.0+force_mag=7.0", "Acrobot-v1"),
+            default_seeds=1,
+        )
+        monkeypatch.setitem(SUITES, name, suite)
+
+
+def config(**changes) -> DiscoverConfig:
+    base = dict(
+        suite="roles-a",
+        timesteps=8192,
+        seeds=1,
+        seed_values=[0],
+        max_time=None,
+        islands=1,
+        budget=6,
+        children=3,
+        confirm=True,
+        confirm_seeds=4,
+        race_seeds=12,
+        rng_seed=3,
+    )
+    return DiscoverConfig(**{**base, **changes})
+
+
+def run(path, cfg, **evaluator):
+    log, events = [], []
+    with Archive(path) as archive:
+        loop = DiscoveryLoop(
+            archive,
+            cfg,
+            MutationProposer(),
+            on_event=lambda kind, data: events.append((kind, data)),
+            evaluator_factory=lambda settings, workers: RoleEvaluator(settings, log, **evaluator),
+        )
+        result = loop.run()
+        rows = archive.run_candidates(result.run_id)
+    return result, rows, events, log
+
+
+def choices(rows, events):
+    """Everything the search decided: the programs, their lineage, and the incumbents."""
+    programs = [(r["id"], r["code"], tuple(r["parent_ids"] or ()), r["status"]) for r in rows]
+    incumbents = [d["incumbent"] for kind, d in events if kind == "generation"]
+    races = [(d["id"], d["verdict"], d["runs"]) for kind, d in events if kind == "confirm"]
+    return programs, incumbents, races
+
+
+def test_runs_with_different_test_envs_make_the_same_proposals_and_selections(
+    tmp_path, role_suites
+):
+    a = run(tmp_path / "a.db", config(suite="roles-a"), validation_gain=1.0)
+    b = run(
+        tmp_path / "b.db",
+        config(suite="roles-b"),
+        validation_gain=1.0,
+        # test returns that would flip every decision if selection read them
+        test_return=lambda source, env, seed: -1000.0 * unit(source, "train"),
+    )
+    (_, rows_a, events_a, _), (_, rows_b, events_b, _) = a, b
+    assert choices(rows_a, events_a) == choices(rows_b, events_b)
+    assert choices(rows_a, events_a)[2], "no race was run: the property was not exercised"
+    tested_a = {r["id"]: r["final_heldout"] for r in rows_a if r["final_heldout"] is not None}
+    tested_b = {r["id"]: r["final_heldout"] for r in rows_b if r["final_heldout"] is not None}
+    assert tested_a and tested_a.keys() == tested_b.keys()
+    assert all(tested_a[k] != tested_b[k] for k in tested_a)  # the test envs were measured
+
+
+def test_a_child_clearly_better_on_validation_wins_after_one_round(tmp_path, role_suites):
+    _, rows, events, log = run(tmp_path / "a.db", config(), validation_gain=1.0)
+    races = [d for kind, d in events if kind == "confirm"]
+    assert races and races[0]["verdict"] == "better" and races[0]["runs"] == 4
+    incumbents = [d["incumbent"] for kind, d in events if kind == "generation"]
+    assert incumbents[0] == races[0]["id"]
+    winner = next(r for r in rows if r["id"] == races[0]["id"])
+    assert winner["validation"] is not None and winner["validation_low"] is not None
+    assert len(winner["validation_seeds"]) == 4 and 0 not in winner["validation_seeds"]
+    # validation rounds score only the validation envs; the winner's test is measured after
+    validation_rounds = [entry for entry in log if entry[0] == ("validation", "validation")]
+    assert validation_rounds[0][1] == 2  # incumbent and challenger in one batch: shared seeds
+    assert ("test",) in [entry[0] for entry in log]
+
+
+def test_a_child_clearly_worse_on_validation_is_stopped_after_one_round(tmp_path, role_suites):
+    _, rows, events, log = run(tmp_path / "a.db", config(budget=3), validation_gain=-1.0)
+    races = [d for kind, d in events if kind == "confirm"]
+    assert [(d["verdict"], d["runs"]) for d in races] == [("worse", 4)]
+    seeds_incumbent = [d["incumbent"] for kind, d in events if kind == "generation"]
+    assert seeds_incumbent[0] in {r["id"] for r in rows if r["is_seed"]}
+    assert ("test",) not in [entry[0] for entry in log]  # no new incumbent, no test round
+
+
+def test_a_close_child_is_raced_to_the_cap_and_keeps_the_incumbent(tmp_path, role_suites):
+    # equal validation quality up to the programs' own small differences, large seed noise
+    _, rows, events, log = run(tmp_path / "a.db", config(budget=3), validation_gain=0.0, noise=40.0)
+    races = [d for kind, d in events if kind == "confirm"]
+    assert races and races[-1]["verdict"] == "tie" and races[-1]["runs"] == 12
+    assert [d["runs"] for d in races] == [4, 8, 12]
+    incumbent = [d["incumbent"] for kind, d in events if kind == "generation"][-1]
+    assert incumbent in {r["id"] for r in rows if r["is_seed"]}
+    # every validation round drew seeds neither had seen
+    seen = [set(entry[2]) for entry in log if entry[0] == ("validation", "validation")]
+    assert all(not (x & y) for i, x in enumerate(seen) for y in seen[i + 1 :])

@@ -1,8 +1,9 @@
 """The loop's evaluators and the batches it sends them.
 
 One evaluator per purpose ("child", "seed", "confirm", "final"; settings from
-records.cascade_settings), started on first use. A batch is one `evaluate_batch` call, run on a daemon thread while the
-loop's thread checks the time budget (and stays responsive to Ctrl-C); `workers` is the
+records.cascade_settings), started on first use. A batch is one `evaluate_batch` call, run on
+a daemon thread while the loop's thread checks the time budget (and stays responsive to
+Ctrl-C); `workers` is the
 evaluator's own concurrency. An evaluator fault, not a candidate's, fails every candidate of the
 batch with its reason, which is archived like any other failure.
 """

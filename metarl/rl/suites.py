@@ -11,9 +11,10 @@ the demo's 1e5 steps, CartPole and Acrobot barely separate PPO-clip from no trus
 too-tight one (discrimination ratio 0.9 each, 4 seeds); Catch separates them a little, with
 almost no seed noise (ratio 5.5, spread 0.10); Breakout- and SpaceInvaders-MinAtar separate
 them widely (ratio 15.5 and 23; no trust region scores ~0). So `classic` validates on Catch
-and Breakout and tests on SpaceInvaders, where Catch used to be its only held-out env. A suite may carry published PPO returns
-(`published`: source label -> env -> mean final return) that scores are also normalised
-against, next to this machine's own baseline.
+and Breakout and tests on SpaceInvaders, where Catch used to be its only held-out env.
+
+A suite may carry published PPO returns (`published`: source label -> env -> mean final
+return) that scores are also normalised against, next to this machine's own baseline.
 """
 
 from __future__ import annotations

@@ -213,6 +213,7 @@ def evaluation_rows(
                 "stage": env.stage,
                 "heldout": int(bool(env.heldout)),
                 "role": env.role,
+                "lr": env.lr,
                 "seeds": env.seeds,
                 "total_timesteps": env.total_timesteps,
                 "returns": env.returns,

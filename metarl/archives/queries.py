@@ -9,6 +9,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from metarl.archives.store import Archive, ArchiveError
+from metarl.evaluation.roles import env_per_seed
 
 
 @dataclass
@@ -188,15 +189,26 @@ def leaderboard(
     envs: list[str] = []
     if ids:
         marks = ",".join("?" * len(ids))
+        swept: dict[tuple[str, str], list] = {}
         for ev in archive.query(
-            "SELECT candidate_id, env, normalised FROM evaluations WHERE candidate_id IN "
-            f"({marks}) "
-            "AND purpose = 'selection' AND stage = 'full' AND heldout = 0 ORDER BY id",
+            "SELECT candidate_id, env, normalised, lr, returns, baseline_mean, random_mean "
+            f"FROM evaluations WHERE candidate_id IN ({marks}) "
+            "AND purpose = 'selection' AND stage = 'full' AND heldout = 0 "
+            "AND coalesce(role, 'train') = 'train' ORDER BY id",
             ids,
         ):
-            scores[ev["candidate_id"]][ev["env"]] = ev["normalised"]
+            if ev["lr"] is None:
+                scores[ev["candidate_id"]][ev["env"]] = ev["normalised"]
+            else:  # one row per swept rate: the env's score combines them (roles.py)
+                run = (json.loads(ev["returns"]), ev["baseline_mean"], ev["random_mean"])
+                swept.setdefault((ev["candidate_id"], ev["env"]), []).append(run)
             if ev["env"] not in envs:
                 envs.append(ev["env"])
+        aggregations = run_aggregations(archive, {r["run_id"] for r in rows})
+        by_candidate = {r["id"]: r["run_id"] for r in rows}
+        for (cid, env), runs in swept.items():
+            values = env_per_seed(runs, aggregations.get(by_candidate[cid], "best"))
+            scores[cid][env] = float(values.mean()) if values is not None else None
     protocols = run_protocols(archive, {r["run_id"] for r in rows})
     out = []
     for rank, row in enumerate(rows, 1):
@@ -249,22 +261,40 @@ def test_column(row: dict) -> tuple[str | None, str]:
     return None, ""
 
 
-def run_protocols(archive: Archive, run_ids) -> dict[str, str]:
-    """run id -> its evaluation protocol (the column, else its config's, else "")."""
+def _run_configs(archive: Archive, run_ids) -> dict[str, tuple[str | None, dict]]:
+    """run id -> (its protocol column, its config as a dict ({} when unreadable))."""
     ids = [r for r in run_ids if r]
     if not ids:
         return {}
     marks = ",".join("?" * len(ids))
     out = {}
     for run in archive.query(f"SELECT id, protocol, config FROM runs WHERE id IN ({marks})", ids):
-        protocol = run.get("protocol")
-        if not protocol and run.get("config"):
-            try:
-                protocol = json.loads(run["config"]).get("protocol")
-            except (ValueError, AttributeError):
-                protocol = None  # a config that is not a JSON object: no protocol recorded
-        out[run["id"]] = protocol or ""
+        try:
+            config = json.loads(run["config"]) if run.get("config") else {}
+        except ValueError:
+            config = {}  # a config that is not JSON: nothing recorded about its protocol
+        out[run["id"]] = (run.get("protocol"), config if isinstance(config, dict) else {})
     return out
+
+
+def run_protocols(archive: Archive, run_ids) -> dict[str, str]:
+    """run id -> its evaluation protocol as shown with its scores: the name (the column,
+    else its config's, else ""), with the learning-rate sweep when the run had one."""
+    out = {}
+    for run_id, (protocol, config) in _run_configs(archive, run_ids).items():
+        label = protocol or config.get("protocol") or ""
+        if config.get("lr_sweep"):
+            label += f" (lr sweep {config['lr_sweep']}, {config.get('lr_aggregation', 'best')})"
+        out[run_id] = label
+    return out
+
+
+def run_aggregations(archive: Archive, run_ids) -> dict[str, str]:
+    """run id -> how its swept learning rates combine ("best" when unrecorded)."""
+    return {
+        run_id: config.get("lr_aggregation") or "best"
+        for run_id, (_, config) in _run_configs(archive, run_ids).items()
+    }
 
 
 def _interval(row: dict, score: str) -> list[float] | None:
@@ -348,6 +378,12 @@ CSV_COLUMNS = [
     "confirmed_heldout",
     "confirmed_heldout_low",
     "confirmed_heldout_high",
+    "validation",
+    "validation_low",
+    "validation_high",
+    "final_heldout",
+    "final_heldout_low",
+    "final_heldout_high",
     "generation",
     "island",
     "is_seed",

@@ -286,11 +286,12 @@ def _v5(db: Database) -> None:
 
 def _v6(db: Database) -> None:
     """The validation role (rl/suites.py): each evaluation's `role` (train | validation |
-    test; older rows: test when held out, else train), a candidate's validation score (the IQM
+    test; older rows: test when held out, else train) and swept learning rate `lr` (NULL:
+    unswept), a candidate's validation score (the IQM
     over every validation round it got, with its stratified-bootstrap interval and the seeds
     it saw) and test score re-measured on fresh seeds after selection (`final_heldout*`), and
     the run's evaluation `protocol` (evaluation/protocols.py)."""
-    _add_columns(db, "evaluations", {"role": str})
+    _add_columns(db, "evaluations", {"role": str, "lr": float})
     db.execute(
         "UPDATE evaluations SET role = CASE WHEN heldout = 1 THEN 'test' ELSE 'train' END "
         "WHERE role IS NULL"

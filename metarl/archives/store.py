@@ -346,6 +346,7 @@ class Archive:
         outcome: Outcome,
         envs: list[str],
         *,
+        aggregation: str = "best",
         run_id: str | None = None,
         run_update: dict | None = None,
     ) -> Estimate | None:
@@ -357,6 +358,7 @@ class Archive:
             candidate_id: the candidate validated.
             outcome: the round's outcome (validation-role env scores).
             envs: the suite's validation envs, in order.
+            aggregation: how a swept env's learning rates combine ("best" or "mean").
             run_id, run_update: the run that validated it, and its state to save with it.
 
         Returns:
@@ -366,7 +368,7 @@ class Archive:
             for record in evaluation_rows(outcome, candidate_id, run_id, "validation"):
                 db["evaluations"].insert(encode_row("evaluations", record))
             rows = self.role_evaluations(candidate_id, "validation")
-            estimate = summarise(role_matrix(rows, envs))
+            estimate = summarise(role_matrix(rows, envs, aggregation))
             seeds = sorted({int(s) for row in rows for s in row["seeds"]})
             db["candidates"].update(
                 candidate_id,
@@ -418,7 +420,7 @@ class Archive:
         """A candidate's full-stage evaluation rows of `purpose` (e.g. "validation"), decoded,
         in the order they were written."""
         rows = self.query(
-            "SELECT env, seeds, returns, baseline_mean, random_mean FROM evaluations "
+            "SELECT env, lr, seeds, returns, baseline_mean, random_mean FROM evaluations "
             "WHERE candidate_id = ? AND purpose = ? AND stage = 'full' ORDER BY id",
             (candidate_id, purpose),
         )

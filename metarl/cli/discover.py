@@ -119,6 +119,15 @@ def discover(
     race_seeds: Optional[int] = typer.Option(
         None, "--race-seeds", help="The most validation seeds a contender gets in a race."
     ),
+    lr_sweep: Optional[str] = typer.Option(
+        None,
+        "--lr-sweep",
+        help="Sweep the learning rate: 5 (a log grid around each env's tuned rate) or "
+        "1e-4,3e-4,1e-3; one compiled program, the baseline swept alike.",
+    ),
+    lr_aggregation: Optional[str] = typer.Option(
+        None, "--lr-aggregation", help="A swept env's score: best (DiscoBench) or mean."
+    ),
     protocol: Optional[str] = typer.Option(
         None,
         "--protocol",
@@ -185,6 +194,8 @@ def discover(
 
       metarl discover --race-seeds 24   # race would-be incumbents longer on validation
 
+      metarl discover --lr-sweep 3 --lr-aggregation mean   # robust to the learning rate
+
       metarl discover --executor ray --ray-address 10.0.0.5:6379 --workers 8
 
       metarl discover --suite smoke --budget 5 --report
@@ -230,6 +241,8 @@ def discover(
         "confirm": confirm,
         "confirm_seeds": confirm_seeds,
         "race_seeds": race_seeds,
+        "lr_sweep": lr_sweep,
+        "lr_aggregation": lr_aggregation,
         "protocol": protocol,
         "heldout": heldout,
         "skip_short": skip_short,

@@ -13,7 +13,7 @@ import typer
 from metarl.cli.errors import USAGE, UserError
 from metarl.cli.options import parse_seed_values, seed_values_option, verbose_option
 from metarl.cli.verdict import print_outcome, stage_spinner
-from metarl.evaluation.settings import CascadeSettings
+from metarl.evaluation.settings import CascadeSettings, validate_rates
 from metarl.logs import log_to_stderr
 
 DEFAULTS = CascadeSettings()
@@ -56,6 +56,14 @@ def evaluate(
     ),
     validation: bool = typer.Option(
         True, "--validation/--no-validation", help="Also score the suite's validation envs."
+    ),
+    lr_sweep: Optional[str] = typer.Option(
+        None,
+        "--lr-sweep",
+        help="Sweep the learning rate: 5 (log grid around each env's tuned rate) or 1e-4,3e-4.",
+    ),
+    lr_aggregation: str = typer.Option(
+        DEFAULTS.lr_aggregation, "--lr-aggregation", help="A swept env's score: best or mean."
     ),
     timeout: float = typer.Option(
         DEFAULTS.timeout_s, "--timeout", help="Wall-clock limit (s) for stages 2-4."
@@ -133,11 +141,17 @@ def evaluate(
         memory_mb=memory_mb,
         heldout=heldout,
         validation=validation,
+        lr_sweep=lr_sweep,
+        lr_aggregation=lr_aggregation,
         skip_short=skip_short,
         probe_seed=probe_seed,
         unsafe_no_sandbox=unsafe_no_sandbox,
     )
     logger.info("evaluating %s as task %s with %s", [str(p) for p in paths], task, asdict(settings))
+    try:
+        validate_rates(lr_sweep, lr_aggregation)
+    except ValueError as error:
+        raise UserError(str(error)) from None
     try:
         evaluator = Evaluator(settings, workers=1, prewarm=False)
     except SandboxUnavailable as error:

@@ -61,14 +61,17 @@ class Batches:
         self.pool = DaemonPool(1)
         self.seed_pool: list[int] | None = None  # the run's secret training-seed pool
 
-    def evaluator(self, purpose: str):
-        if purpose not in self.evaluators:
+    def evaluator(self, purpose: str, final_rate: tuple[str | None, float] = (None, 1.0)):
+        """The evaluator of `purpose` (started on first use); a "final" one per learning rate
+        (`records.cascade_settings`' `final_rate`)."""
+        name = purpose if final_rate == (None, 1.0) else f"{purpose}@{final_rate!r}"
+        if name not in self.evaluators:
             if purpose == "child":
                 self.emit("status", {"text": "starting sandbox workers"})
             workers = 1 if purpose in ("confirm", "final") else self.config.workers
-            settings = records.cascade_settings(self.config, purpose, self.seed_pool)
-            self.evaluators[purpose] = self.factory(settings, workers)
-        return self.evaluators[purpose]
+            settings = records.cascade_settings(self.config, purpose, self.seed_pool, final_rate)
+            self.evaluators[name] = self.factory(settings, workers)
+        return self.evaluators[name]
 
     def evaluate(
         self,
@@ -76,14 +79,16 @@ class Batches:
         rows: list[dict],
         known: dict[str, str] | None = None,
         exclude_seeds: list[int] | None = None,
+        final_rate: tuple[str | None, float] = (None, 1.0),
     ) -> list[Outcome]:
         """The Outcomes of the programs (`code`) of candidate rows `rows`, in order, in one
         batch; `known` maps behaviour fingerprints to the candidates that have them;
-        `exclude_seeds`: training seeds the batch must not draw (a confirmation's)."""
+        `exclude_seeds`: training seeds the batch must not draw (a confirmation's);
+        `final_rate`: the learning rate of a "final" measurement (`records.cascade_settings`)."""
         if not rows:
             return []
         self.check()
-        evaluator = self.evaluator(purpose)
+        evaluator = self.evaluator(purpose, final_rate)
         for row in rows if SHOWN[purpose] else []:
             self.emit("submitted", {k: row[k] for k in SHOWN[purpose]})
         sources = [row["code"] for row in rows]
@@ -106,7 +111,8 @@ class Batches:
         """Close the evaluator of `purpose` (all of them, and the pool, when None)."""
         if purpose is None:
             self.pool.shutdown()
-        for name in [purpose] if purpose else list(self.evaluators):
+        names = [n for n in self.evaluators if n.split("@")[0] == purpose] if purpose else None
+        for name in names if purpose else list(self.evaluators):
             evaluator = self.evaluators.pop(name, None)
             if evaluator is None:
                 continue

@@ -37,7 +37,7 @@ from metarl.errors import USAGE, MetarlError
 from metarl.evaluation.executors import ExecutorSettings
 from metarl.evaluation.protocols import UnknownProtocol, get_protocol
 from metarl.evaluation.seeds import SeedError, parse_seed_values
-from metarl.evaluation.settings import CascadeSettings
+from metarl.evaluation.settings import CascadeSettings, validate_rates
 from metarl.evaluation.text import redact_config
 from metarl.rl.suites import UnknownSuite, get_suite
 from metarl.tasks import UnknownTask, get_task
@@ -95,6 +95,11 @@ class DiscoverConfig:
     confirm_seeds: int | None = None  # seeds per validation round; default: twice `seeds`
     race_seeds: int | None = None  # the most validation seeds a contender gets; default 3 rounds
     protocol: str = "quick"  # the evaluation protocol's name (evaluation/protocols.py), recorded
+    # learning-rate sweep of every evaluation ("5": a 5-rate log grid around each env's tuned
+    # rate; "1e-4,3e-4": those rates), its aggregation ("best" | "mean"); the test envs are
+    # measured at the one rate the validation rounds chose
+    lr_sweep: str | None = None
+    lr_aggregation: str = CascadeSettings.lr_aggregation
     dedup_retries: int = 3  # re-proposals when a proposal repeats an archived program
     # LLM proposer (forwarded to build_llm_proposer by the proposer registry)
     models: list[str] = field(default_factory=list)
@@ -187,6 +192,12 @@ class DiscoverConfig:
             out.confirm_seeds = 2 * out.seeds
         if out.race_seeds is None:
             out.race_seeds = 3 * out.confirm_seeds
+        if out.lr_sweep is not None:
+            out.lr_sweep = str(out.lr_sweep).strip() or None
+        try:
+            validate_rates(out.lr_sweep, out.lr_aggregation)
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
         if out.race_seeds < max(2, out.confirm_seeds):
             raise ConfigError(
                 f"race_seeds is {out.race_seeds}: at least confirm_seeds ({out.confirm_seeds}) "

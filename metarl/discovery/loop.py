@@ -41,6 +41,7 @@ from metarl.evaluation.outcome import Outcome
 from metarl.evaluation.seeds import draw_pool, pool_size
 from metarl.platform import device_description, evaluation_identity
 from metarl.rl import statistics
+from metarl.rl.lr_sweep import choose_lr, log_grid, parse_sweep
 from metarl.rl.suites import get_suite
 from metarl.tasks import get_task
 
@@ -371,7 +372,12 @@ class DiscoveryLoop:
         scored = True
         for cid, outcome in zip(cids, outcomes):
             estimate = self.archive.record_validation(
-                cid, outcome, envs, run_id=self.run_id, run_update=self.book.update()
+                cid,
+                outcome,
+                envs,
+                aggregation=self.config.lr_aggregation,
+                run_id=self.run_id,
+                run_update=self.book.update(),
             )
             if not outcome.passed or estimate is None:
                 logger.warning("validation round of %s scored nothing: %s", cid, outcome.reason)
@@ -386,14 +392,37 @@ class DiscoveryLoop:
         if row.get("final_seeds"):
             return
         seen = sorted({int(s) for key in ("seeds", "validation_seeds") for s in row.get(key) or []})
-        self._emit("status", {"text": f"measuring {cid} on the test envs"})
-        [outcome] = self.batches.evaluate("final", [row], exclude_seeds=seen)
+        rate = self._chosen_rate(cid)
+        sweep, scale = rate
+        at = f" at learning rate {sweep}" if sweep else ""
+        at = at or (f" at {scale:.3g} x each env's tuned learning rate" if scale != 1.0 else "")
+        self._emit("status", {"text": f"measuring {cid} on the test envs{at}"})
+        [outcome] = self.batches.evaluate("final", [row], exclude_seeds=seen, final_rate=rate)
         self.archive.record_final(cid, outcome, run_id=self.run_id, run_update=self.book.update())
+
+    def _chosen_rate(self, cid: str) -> tuple[str | None, float]:
+        """The learning rate the candidate's validation rounds chose: its test envs are
+        measured at that one rate, on fresh seeds, never at the best of several test runs.
+
+        Returns:
+            (None, multiplier of each env's tuned rate) for a grid around the tuned rates,
+            (the chosen rate, 1.0) for explicit rates, (None, 1.0) without a sweep.
+        """
+        spec = str(self.config.lr_sweep or "").strip()
+        if not spec:
+            return None, 1.0
+        counted = spec.isdigit()
+        grid = log_grid(1.0, int(spec)) if counted else parse_sweep(spec, 1.0)
+        scores = roles.rate_scores(self.archive.role_evaluations(cid, "validation"), grid)
+        if all(score is None for score in scores):
+            return None, 1.0
+        chosen = choose_lr(grid, scores)
+        return (None, chosen) if counted else (repr(chosen), 1.0)
 
     def _validation(self, cid: str):
         """The candidate's validation score matrix (runs x envs) so far, or None."""
         rows = self.archive.role_evaluations(cid, "validation")
-        return roles.role_matrix(rows, self._validation_envs())
+        return roles.role_matrix(rows, self._validation_envs(), self.config.lr_aggregation)
 
     def _validation_envs(self) -> list[str]:
         """The envs a validation round scores: the suite's validation envs, or its training

@@ -18,7 +18,10 @@ from metarl.tasks.candidate import source_hash
 
 
 def cascade_settings(
-    config: DiscoverConfig, purpose: str, seed_pool: list[int] | None = None
+    config: DiscoverConfig,
+    purpose: str,
+    seed_pool: list[int] | None = None,
+    final_rate: tuple[str | None, float] = (None, 1.0),
 ) -> CascadeSettings:
     """The evaluator's settings for `purpose`, one per role of the suite's environments:
 
@@ -26,7 +29,9 @@ def cascade_settings(
     - "seed": seed programs, training and test envs (the test scores are only reported);
     - "confirm": a validation round: the validation envs only (the training envs on fresh
       seeds when the suite names none), `confirm_seeds` fresh seeds, no short run;
-    - "final": the incumbent's test envs on fresh seeds, measured after selection.
+    - "final": the incumbent's test envs on fresh seeds, measured after selection, at the
+      one learning rate its validation rounds chose: `final_rate` = (a one-rate `lr_sweep`
+      for explicit rates, or None; `lr_scale`, the multiplier of each env's tuned rate).
 
     Training seeds: the config's pinned values (a confirmation's extended past them), or
     drawn per batch from the run's secret `seed_pool` (evaluation/seeds.py)."""
@@ -53,6 +58,9 @@ def cascade_settings(
         # probe inputs: fresh (unpredictable) for drawn seeds; fixed with pinned seeds, so a
         # pinned run is reproducible to the last verdict
         probe_seed=0 if pinned else None,
+        lr_sweep=final_rate[0] if purpose == "final" else config.lr_sweep,
+        lr_aggregation=config.lr_aggregation,
+        lr_scale=final_rate[1] if purpose == "final" else 1.0,
     )
 
 

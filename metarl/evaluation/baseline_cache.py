@@ -62,11 +62,13 @@ def baseline_key(
     config: PPOConfig,
     training_seed: int,
     updates: int,
+    sweep: tuple[float, ...] = (),
 ) -> str:
     """The cache key of the baseline program's run on `config` with one training seed, stopped
     after `updates` updates (a short run is the first segment of the full run, so it shares
     the config). Per seed: a seed's returns do not depend on the seeds trained beside it, so a
-    batch's baseline is assembled from the seeds it draws and each is trained once."""
+    batch's baseline is assembled from the seeds it draws and each is trained once. A run of a
+    learning-rate sweep is keyed with the sweep's rates (its program's rows)."""
     payload = {
         "kind": "baseline",
         "task": task_name,
@@ -75,6 +77,8 @@ def baseline_key(
         "updates": int(updates),
         "training_seed": int(training_seed),
     }
+    if sweep:  # only then: unswept keys stay as they were
+        payload["sweep"] = [float(lr) for lr in sweep]
     return "baseline-" + platform.evaluation_key(payload, platform.evaluation_identity(), 24)
 
 

@@ -352,10 +352,11 @@ def verify_outcome(
         MalformedResult: when the runs do not match the plan.
     """
     # a short run that is the whole run on its env appears once, as that env's "full" score
+    # (unswept: a sweep scores every rate's full run apart from its short row)
     scored = [
         entry
         for i, entry in enumerate(plan)
-        if not (i > 0 and entry.stage == "full" and entry.key == plan[i - 1].key)
+        if entry.sweep or not (i > 0 and entry.stage == "full" and entry.key == plan[i - 1].key)
     ]
     scores = []
     for index, score in enumerate(outcome.env_scores):
@@ -364,6 +365,8 @@ def verify_outcome(
         entry = scored[index]
         if score.total_timesteps != entry.steps or score.seeds != settings.training_seeds():
             raise MalformedResult(f"env score {index} has the wrong budget or seeds")
+        if score.lr != (entry.config.lr if entry.sweep else None):
+            raise MalformedResult(f"env score {index} has the wrong learning rate")
         reused = entry.stage == "short" and entry.key in {e.key for e in plan if e.stage == "full"}
         if score.stage not in ("short", "full") or (
             score.stage != entry.stage and not (reused and score.stage == "full")
@@ -373,7 +376,14 @@ def verify_outcome(
         raw = asdict(score)
         raw["final_returns"] = raw.pop("returns")
         scores.append(
-            env_score(raw, reference.baseline_mean, reference.random_mean, entry.role, score.stage)
+            env_score(
+                raw,
+                reference.baseline_mean,
+                reference.random_mean,
+                entry.role,
+                score.stage,
+                lr=score.lr,
+            )
         )
     outcome.env_scores = scores
     short = [s for i, s in enumerate(scores) if scored[i].stage == "short"]
@@ -386,5 +396,5 @@ def verify_outcome(
         for score in short:
             if score.normalised is not None and score.normalised < threshold:
                 raise MalformedResult("a passed candidate is below the short-run threshold")
-        score_roles(outcome)
+        score_roles(outcome, settings.lr_aggregation)
     return outcome

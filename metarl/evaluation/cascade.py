@@ -509,7 +509,9 @@ class _Pending:
 
 
 def _baseline_key(task, program: str, entry: PlannedRun, seed: int) -> str:
-    return baseline_cache.baseline_key(task.name, program, entry.config, seed, entry.updates)
+    return baseline_cache.baseline_key(
+        task.name, program, entry.config, seed, entry.updates, entry.sweep
+    )
 
 
 def _reference(runs: list[dict], random_return: float) -> Reference:

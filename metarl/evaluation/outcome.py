@@ -10,6 +10,7 @@ from typing import Sequence
 
 import numpy as np
 
+from metarl.evaluation.roles import env_per_seed
 from metarl.rl.scoring import (
     aggregate,
     bootstrap_interval,
@@ -57,6 +58,9 @@ class EnvScore:
     published: dict[str, float | None] = field(default_factory=dict)
     # the env's role in its suite: train | validation | test (ROLES)
     role: str = ""
+    # the learning rate of this run when the evaluation swept rates (one EnvScore per rate,
+    # `normalised` against the baseline at the same rate); None: unswept
+    lr: float | None = None
 
     def __post_init__(self) -> None:
         if not self.role:  # rows from before roles: held out meant test
@@ -212,13 +216,36 @@ def _published(value) -> dict[str, float | None]:
     return out
 
 
-def role_intervals(env_scores: Sequence[EnvScore]) -> dict[str, list[float] | None]:
+def _role_envs(env_scores: Sequence[EnvScore], role: str) -> dict[str, list[EnvScore]]:
+    """The role's full-stage scores by env, in order (several per env when rates were swept)."""
+    out: dict[str, list[EnvScore]] = {}
+    for score in env_scores:
+        if score.stage == "full" and score.role == role:
+            out.setdefault(score.env, []).append(score)
+    return out
+
+
+def _env_value(scores: list[EnvScore], aggregation: str) -> tuple[float | None, object]:
+    """An env's score and its per-seed scores (None when undefined): the unswept env's own
+    `normalised`; a swept env's by `roles.env_per_seed`."""
+    runs = [(s.returns, s.baseline_mean, s.random_mean) for s in scores]
+    per_seed = env_per_seed(runs, aggregation)
+    if len(scores) == 1:
+        return scores[0].normalised, per_seed
+    if per_seed is None:
+        return None, None
+    return float(np.mean(per_seed)), per_seed
+
+
+def role_intervals(
+    env_scores: Sequence[EnvScore], aggregation: str = "best"
+) -> dict[str, list[float] | None]:
     """The 95% bootstrap interval of each role's aggregate score.
 
     Over the same scores `score_roles` averages (the full-stage envs of the role whose
-    normalised score is defined), from each env's per-seed returns and its baseline and random
-    means; seeds are resampled jointly across envs (`metarl.rl.scoring.bootstrap_interval`),
-    so the interval is reproducible from the archive.
+    normalised score is defined), from each env's per-seed scores (`roles.env_per_seed`);
+    seeds are resampled jointly across envs (`metarl.rl.scoring.bootstrap_interval`), so the
+    interval is reproducible from the archive.
 
     Returns:
         role -> [low, high], or None (no such env, or one seed).
@@ -226,15 +253,9 @@ def role_intervals(env_scores: Sequence[EnvScore]) -> dict[str, list[float] | No
     intervals: dict[str, list[float] | None] = {}
     for role in ROLES:
         per_seed = []
-        for score in env_scores:
-            if score.stage != "full" or score.role != role:
-                continue
-            if score.normalised is None or score.baseline_mean is None:
-                continue
-            if score.random_mean is None:
-                continue
-            values = per_seed_normalised(score.returns, score.random_mean, score.baseline_mean)
-            if values is not None:
+        for scores in _role_envs(env_scores, role).values():
+            value, values = _env_value(scores, aggregation)
+            if value is not None and values is not None:
                 per_seed.append(values)
         interval = bootstrap_interval(per_seed) if per_seed else None
         intervals[role] = list(interval) if interval is not None else None
@@ -249,18 +270,19 @@ def aggregate_intervals(
     return intervals["train"], intervals["test"]
 
 
-def score_roles(outcome: Outcome) -> None:
+def score_roles(outcome: Outcome, aggregation: str = "best") -> None:
     """Set a passed outcome's aggregate per role from its full-stage env scores, in place:
-    `fitness` (train), `validation` and `heldout` (test), each with its interval.
+    `fitness` (train), `validation` and `heldout` (test), each with its interval. A swept
+    env counts once, its rates combined by `aggregation` ("best" or "mean").
 
     The one place the three numbers are computed: the trainer's report and the parent's
     re-scoring of the raw returns both call it.
     """
-    full = [s for s in outcome.env_scores if s.stage == "full"]
-    intervals = role_intervals(full)
+    intervals = role_intervals(outcome.env_scores, aggregation)
     values = {}
     for role in ROLES:
-        scores = [s.normalised for s in full if s.role == role and s.normalised is not None]
+        envs = _role_envs(outcome.env_scores, role).values()
+        scores = [v for v in (_env_value(s, aggregation)[0] for s in envs) if v is not None]
         value = aggregate(scores) if scores else None
         values[role] = value if value is not None and math.isfinite(value) else None
     outcome.fitness, outcome.fitness_ci = values["train"], intervals["train"]
@@ -273,7 +295,12 @@ def score_roles(outcome: Outcome) -> None:
 
 
 def env_score(
-    run: dict, baseline_mean: float, random_mean: float, role: str, stage: str
+    run: dict,
+    baseline_mean: float,
+    random_mean: float,
+    role: str,
+    stage: str,
+    lr: float | None = None,
 ) -> EnvScore:
     """An EnvScore computed from a run's raw returns and the parent's reference returns.
 
@@ -286,6 +313,7 @@ def env_score(
         random_mean: the uniform random policy's mean return on the env.
         role: the env's role in its suite (ROLES): test scores are never used for selection.
         stage: "short" or "full".
+        lr: the run's learning rate when rates were swept (None: unswept).
 
     Returns:
         The EnvScore; `normalised` is None when undefined (baseline no better than random);
@@ -338,6 +366,7 @@ def env_score(
         steps_per_s=_number(run.get("steps_per_s", 0.0) or 0.0, "steps_per_s"),
         heldout=role == "test",
         role=role,
+        lr=None if lr is None else float(lr),
         stage=stage,
         normalised_ci=list(interval) if interval is not None else None,
         published=published,
@@ -399,6 +428,7 @@ def _parse_env_score(data: dict) -> EnvScore:
     known["published"] = _published(known.get("published", {}))
     if known.get("role", "") not in ("", *ROLES):
         raise MalformedResult("role is not one of " + ", ".join(ROLES))
+    known["lr"] = _number(known.get("lr"), "lr", allow_none=True)
     return EnvScore(**known)
 
 

@@ -208,6 +208,7 @@ def compile_group(
     isolate: bool,
     report: Callable[..., None],
     stage: str = "short",
+    learning_rates: Sequence[float] = (),
 ) -> GroupPrograms:
     """Pre-flight every candidate, then compile the program(s) that train those that passed.
 
@@ -228,6 +229,7 @@ def compile_group(
             trainer died while no candidate was active).
         report: the trainer's progress callback.
         stage: the stage the candidates train in first (what a failure here stops them at).
+        learning_rates: the rates the program sweeps (an extra vmapped axis); () for none.
 
     Returns:
         The programs, failures and compile-time shares, by position.
@@ -251,12 +253,15 @@ def compile_group(
         if reason is not None:
             failures[position] = reason
     left = [p for p in range(len(candidates)) if p not in failures]
+    sweep = tuple(learning_rates) or None
     programs: list[tuple[BatchProgram, int] | None] = [None] * len(candidates)
     if left and not isolate:
         functions = [candidates[p].function for p in left]
         start = time.perf_counter()
         try:
-            shared = BatchProgram(config, lambda i: task.select(functions, i), len(left), seeds)
+            shared = BatchProgram(
+                config, lambda i: task.select(functions, i), len(left), seeds, sweep
+            )
         except Exception:  # not one candidate's fault as far as the pre-flight could tell
             logger.exception("the shared program of %d candidates did not compile", len(left))
             isolate = True
@@ -271,7 +276,7 @@ def compile_group(
         active(candidates[position].index)
         try:
             programs[position] = (
-                BatchProgram(config, lambda i, f=function: task.select([f], i), 1, seeds),
+                BatchProgram(config, lambda i, f=function: task.select([f], i), 1, seeds, sweep),
                 0,
             )
         except Exception as error:  # this candidate's own program does not compile

@@ -9,7 +9,9 @@ here, recorded with the run (`runs.protocol`, `runs.config`) and shown with ever
 leaderboard never puts numbers from different protocols side by side unlabelled.
 
 A protocol fills the run's settings that the user left at their defaults; an explicit option
-(`--seeds 4`) overrides it and the run records the result.
+(`--seeds 4`) overrides it and the run records the result. Where a protocol sweeps learning
+rates, the best-LR score is DiscoBench's aggregation and mean-over-LRs the robust one; metarl
+picks the rate on validation seeds and measures the test envs at it on fresh seeds.
 """
 
 from __future__ import annotations
@@ -58,11 +60,14 @@ PROTOCOLS: dict[str, Protocol] = {
                 "seeds": 8,
                 "confirm_seeds": 8,
                 "race_seeds": 32,
+                "lr_sweep": "5",
+                "lr_aggregation": "best",
             },
             "DiscoBench-style, for a GPU: MinAtar (train Breakout, Freeway; validation "
             "Seaquest; test Asterix, SpaceInvaders) at 1e7 steps, 8 seeds per proposal and "
-            "per validation round (up to 32); each game at its tuned learning rate (the "
-            "cascade does not sweep it yet: metarl.rl.lr_sweep)",
+            "per validation round (up to 32), each game at the best rate of a 5-rate log grid "
+            "around its tuned one (x0.32 to x3.2, the baseline swept alike); the test envs at "
+            "the rate chosen on validation, on fresh seeds",
         ),
     )
 }

@@ -19,14 +19,51 @@ import numpy as np
 from metarl.rl.scoring import per_seed_normalised
 from metarl.rl.statistics import Estimate, iqm_interval
 
+# one run of an env at one learning rate: (per-seed returns, baseline mean, random mean)
+RateRun = tuple[Sequence[float], "float | None", "float | None"]
 
-def role_matrix(rows: Sequence[Mapping], envs: Sequence[str]) -> np.ndarray | None:
+
+def env_per_seed(runs: Sequence[RateRun], aggregation: str = "best") -> np.ndarray | None:
+    """An env's per-seed normalised scores from its runs, one per swept learning rate (one
+    run when unswept); their mean is the env's score.
+
+    Unswept: `(R - R_random) / (R_baseline - R_random)` per seed. Swept: every rate is
+    normalised against the baseline at *its* best rate (PPO tuned by the same sweep), then
+    `best` keeps the rate whose mean is highest (DiscoBench's best-LR) and `mean` averages
+    each seed over the rates (robustness to the rate).
+
+    Args:
+        runs: the env's runs, in the sweep's order.
+        aggregation: "best" or "mean".
+
+    Returns:
+        The per-seed scores, or None when undefined (a missing reference, a non-finite return,
+        a baseline no better than random).
+    """
+    if not runs or any(base is None or rand is None for _, base, rand in runs):
+        return None
+    random_mean = runs[0][2]
+    baseline = max(base for _, base, _ in runs)
+    per_rate = [per_seed_normalised(returns, random_mean, baseline) for returns, _, _ in runs]
+    if any(values is None for values in per_rate):
+        return None
+    if len(per_rate) == 1:
+        return per_rate[0]
+    if aggregation == "mean":
+        return np.mean(np.stack(per_rate), axis=0)
+    return max(per_rate, key=lambda values: float(np.mean(values)))
+
+
+def role_matrix(
+    rows: Sequence[Mapping], envs: Sequence[str], aggregation: str = "best"
+) -> np.ndarray | None:
     """The (runs x envs) per-seed normalised scores of a candidate's evaluation rows.
 
     Args:
         rows: decoded `evaluations` rows of one candidate and role, full stage (env, seeds,
             returns, baseline_mean, random_mean), in the order they were written.
         envs: the role's environments, in the suite's order (the matrix's columns).
+        aggregation: how a swept env's rates combine (`env_per_seed`).
 
     Returns:
         The matrix (columns: the envs defined in every round), or None when no round covers
@@ -61,3 +98,37 @@ def role_matrix(rows: Sequence[Mapping], envs: Sequence[str]) -> np.ndarray | No
 def summarise(matrix: np.ndarray | None) -> Estimate | None:
     """The IQM of a role matrix with its stratified-bootstrap 95% interval (None without one)."""
     return None if matrix is None else iqm_interval(matrix)
+
+
+def rate_scores(rows: Sequence[Mapping], grid: Sequence[float]) -> list[float | None]:
+    """The mean score at each position of a learning-rate grid over a candidate's swept
+    evaluation rows (every env and round), each run normalised against the baseline at its
+    env and round's best rate, so that the rates compare on one yardstick.
+
+    Args:
+        rows: decoded `evaluations` rows with `lr`, `env`, `seeds`, `returns`,
+            `baseline_mean`, `random_mean`; a row's position in the grid is the rank of its
+            `lr` among its env and round's rates.
+        grid: the grid's labels (multipliers or rates), ascending, one per position.
+
+    Returns:
+        Per position, the mean normalised score, or None where none was defined.
+    """
+    groups: dict[tuple, list[Mapping]] = {}
+    for row in rows:
+        if row.get("lr") is not None:
+            key = (row["env"], tuple(int(s) for s in row["seeds"]))
+            groups.setdefault(key, []).append(row)
+    sums = [0.0] * len(grid)
+    counts = [0] * len(grid)
+    for group in groups.values():
+        if len(group) != len(grid) or any(r.get("baseline_mean") is None for r in group):
+            continue  # not a whole sweep of this grid
+        group = sorted(group, key=lambda r: float(r["lr"]))
+        baseline = max(float(r["baseline_mean"]) for r in group)
+        for position, row in enumerate(group):
+            values = per_seed_normalised(row["returns"], row["random_mean"], baseline)
+            if values is not None:
+                sums[position] += float(np.mean(values))
+                counts[position] += 1
+    return [total / count if count else None for total, count in zip(sums, counts)]

@@ -7,13 +7,18 @@ so a default is changed in one place.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import asdict, dataclass
 
 from metarl.evaluation.baseline_cache import compilation_cache_dir
 from metarl.evaluation.seeds import check_values
 from metarl.rl.configs import PPOConfig
+from metarl.rl.lr_sweep import parse_sweep
 from metarl.rl.suites import get_suite
+
+# how a swept env's per-rate scores become its score: DiscoBench's best rate, or the mean
+LR_AGGREGATIONS = ("best", "mean")
 
 
 @dataclass
@@ -71,6 +76,12 @@ class CascadeSettings:
     validation: bool = False  # also score the suite's validation envs (decide the incumbent)
     # score the training envs (False: only the validation and/or test roles, no short run)
     train: bool = True
+    # learning-rate sweep (metarl/rl/lr_sweep.py `parse_sweep`): "5" = 5 rates on a log grid
+    # around each env's tuned rate, "1e-4,3e-4" = those rates on every env; None: no sweep.
+    # Every rate is one more row of the same compiled program (the baseline swept alike).
+    lr_sweep: str | None = None
+    lr_aggregation: str = "best"  # a swept env's score: "best" rate or "mean" over the rates
+    lr_scale: float = 1.0  # every env's tuned rate times this (the rate chosen on validation)
     skip_short: bool = False
     probe_seed: int | None = None  # None: fresh random probe inputs for every evaluation
     cpu_s: float | None = SandboxLimits.cpu_s  # RLIMIT_CPU; None: timeout_s * cores + 60
@@ -128,9 +139,11 @@ class PlannedRun:
     """
 
     stage: str  # "short" | "full"
-    config: PPOConfig
+    config: PPOConfig  # at this segment's learning rate
     role: str  # the env's role in the suite: train | validation | test
     updates: int  # the update this segment stops at (config.num_updates for a full run)
+    # the learning rates its program sweeps (this segment is the row at `config.lr`); ()
+    sweep: tuple[float, ...] = ()
 
     @property
     def heldout(self) -> bool:
@@ -139,13 +152,48 @@ class PlannedRun:
 
     @property
     def key(self) -> str:
-        """Identifies the segment's reference (baseline and random returns)."""
-        return f"{self.config.config_hash()}@{self.updates}"
+        """Identifies the segment's reference (baseline and random returns); a swept row's
+        numbers depend on its program's rows, so the sweep is part of it."""
+        key = f"{self.config.config_hash()}@{self.updates}"
+        if self.sweep:
+            key += "~" + ",".join(f"{lr:.6g}" for lr in self.sweep)
+        return key
+
+    @property
+    def program(self) -> tuple:
+        """What decides its compiled program: the config (its rate aside when swept)."""
+        return (self.config.replace(lr=0.0), self.sweep) if self.sweep else (self.config, ())
 
     @property
     def steps(self) -> int:
         """Environment steps trained by the end of this segment."""
         return self.updates * self.config.batch_size
+
+
+def validate_rates(lr_sweep: str | None, aggregation: str) -> None:
+    """Refuse a malformed learning-rate sweep or aggregation.
+
+    Raises:
+        ValueError: one line saying what is wrong.
+    """
+    if aggregation not in LR_AGGREGATIONS:
+        raise ValueError(
+            f"unknown lr aggregation {aggregation!r}; choose " + " or ".join(LR_AGGREGATIONS)
+        )
+    if lr_sweep:
+        parse_sweep(str(lr_sweep), 1.0)
+
+
+def sweep_rates(settings: CascadeSettings, config: PPOConfig) -> tuple[float, ...]:
+    """The learning rates `settings` sweep on an env whose tuned config is `config` (its rate
+    already scaled by `lr_scale`); () without a sweep.
+
+    Raises:
+        ValueError: a malformed `lr_sweep`.
+    """
+    if not settings.lr_sweep:
+        return ()
+    return parse_sweep(str(settings.lr_sweep), config.lr)
 
 
 def plan_runs(settings: CascadeSettings) -> list[PlannedRun]:
@@ -156,6 +204,9 @@ def plan_runs(settings: CascadeSettings) -> list[PlannedRun]:
     on that env and the plan holds it once, as "short", then "full" with the same key. Then
     the full runs by role: train, validation (with `validation`), test (with `heldout`);
     `train=False` leaves out the training envs and the short run (a validation round).
+
+    With a learning-rate sweep every full run is one segment per rate (one program: the rate
+    is a vmapped axis), and the short run is the row at the rate nearest the env's tuned one.
     """
     suite = get_suite(settings.suite)
     chosen = settings.envs
@@ -163,21 +214,39 @@ def plan_runs(settings: CascadeSettings) -> list[PlannedRun]:
     def picked(envs: tuple[str, ...], wanted: bool) -> list[str]:
         return [e for e in envs if chosen is None or e in chosen] if wanted else []
 
+    def tuned(env: str) -> PPOConfig:
+        config = suite.config(env, settings.total_timesteps)
+        scale = float(settings.lr_scale)
+        return config if scale == 1.0 else config.replace(lr=config.lr * scale)
+
     train = [e for e in (chosen or suite.envs) if e in suite.envs] if settings.train else []
     plan = []
     if train and not settings.skip_short:
-        full = suite.config(train[0], settings.total_timesteps)
+        full = tuned(train[0])
+        rates = sweep_rates(settings, full)
+        if rates:
+            nearest = min(rates, key=lambda lr: (abs(math.log(lr / full.lr)), lr))
+            full = full.replace(lr=nearest)
         short = int(settings.short_timesteps or suite.short_budget)
         updates = min(full.num_updates, max(1, -(-short // full.batch_size)))
-        plan.append(PlannedRun("short", full, "train", updates))
+        plan.append(PlannedRun("short", full, "train", updates, rates))
 
-    def full_run(env: str, role: str) -> PlannedRun:
-        config = suite.config(env, settings.total_timesteps)
-        return PlannedRun("full", config, role, config.num_updates)
+    def full_runs(env: str, role: str) -> list[PlannedRun]:
+        config = tuned(env)
+        rates = sweep_rates(settings, config)
+        if not rates:
+            return [PlannedRun("full", config, role, config.num_updates)]
+        return [
+            PlannedRun("full", config.replace(lr=lr), role, config.num_updates, rates)
+            for lr in rates
+        ]
 
-    plan += [full_run(env, "train") for env in train]
-    plan += [full_run(env, "validation") for env in picked(suite.validation, settings.validation)]
-    plan += [full_run(env, "test") for env in picked(suite.heldout, settings.heldout)]
+    for env in train:
+        plan += full_runs(env, "train")
+    for env in picked(suite.validation, settings.validation):
+        plan += full_runs(env, "validation")
+    for env in picked(suite.heldout, settings.heldout):
+        plan += full_runs(env, "test")
     return plan
 
 
@@ -198,7 +267,10 @@ def validate(settings: CascadeSettings) -> None:
                 f"{', '.join(suite.validation) or 'none'}; test: "
                 f"{', '.join(suite.heldout) or 'none'})"
             )
-    if not plan_runs(settings):
+    validate_rates(settings.lr_sweep, settings.lr_aggregation)
+    if not (math.isfinite(float(settings.lr_scale)) and float(settings.lr_scale) > 0):
+        raise ValueError(f"lr_scale must be a positive number, got {settings.lr_scale!r}")
+    if not plan_runs(settings):  # also parses lr_sweep: a malformed one is a ValueError
         raise ValueError(f"suite {suite.name!r}: these settings score no environment")
     if int(settings.seeds) < 1:
         raise ValueError("seeds must be at least 1")

@@ -144,14 +144,25 @@ def _score(run: EnvRun, entry: PlannedRun, references: dict[str, dict]) -> EnvSc
         reference["random_mean"],
         entry.role,
         entry.stage,
+        lr=entry.config.lr if entry.sweep else None,
     )
 
 
+def _advance(program, runner, slot: int, stop: int, sweep: tuple[float, ...]):
+    """Advance a candidate's runner to `stop`: its runs by learning rate (one, unswept)."""
+    if not sweep:
+        runner, run = program.advance(runner, slot, stop)
+        return runner, {program.config.lr: run}
+    runner, runs = program.advance_sweep(runner, slot, stop)
+    return runner, dict(zip(sweep, runs))
+
+
 def group_by_config(plan: list[PlannedRun]) -> list[list[PlannedRun]]:
-    """The plan's segments grouped by run (same config), in order: each group is one program."""
+    """The plan's segments grouped by run (same config; a sweep's rates together), in order:
+    each group is one program."""
     groups: list[list[PlannedRun]] = []
     for entry in plan:
-        if groups and groups[-1][0].config == entry.config:
+        if groups and groups[-1][0].program == entry.program:
             groups[-1].append(entry)
         else:
             groups.append([entry])
@@ -259,8 +270,10 @@ def _train_group(
     """
     seeds = settings.training_seeds()
     threshold = float(settings.short_run_threshold)
-    config = group[0].config
-    compiled = compile_group(task, config, alive, seeds, platform, isolate, report, group[0].stage)
+    config, sweep = group[0].config, group[0].sweep
+    compiled = compile_group(
+        task, config, alive, seeds, platform, isolate, report, group[0].stage, sweep
+    )
     survivors = []
     for position, candidate in enumerate(alive):
         outcome = candidate.outcome
@@ -272,19 +285,21 @@ def _train_group(
         program, slot = compiled.programs[position]
         report("active", index=candidate.index, stage=group[0].stage)
         try:
-            runner, done = program.start(slot), 0
+            runner, done, swept = program.start(slot), 0, {}
             for entry in group:
-                if entry.updates == done:  # the short run was the whole run: it is the full run
+                if entry.updates == done and not sweep:  # the short run was the whole run
                     outcome.env_scores[-1].stage = "full"
                     continue
                 outcome.stage = entry.stage
-                report("stage", index=candidate.index, stage=entry.stage)
-                runner, run = program.advance(runner, slot, entry.updates)
-                done = entry.updates
-                _add(outcome.timings, "run", run.run_s)
-                _add(outcome.timings, entry.stage, run.run_s)
+                if entry.updates != done or not swept:
+                    report("stage", index=candidate.index, stage=entry.stage)
+                    runner, runs = _advance(program, runner, slot, entry.updates, sweep)
+                    done, swept = entry.updates, runs
+                    _add(outcome.timings, "run", runs[entry.config.lr].run_s)
+                    _add(outcome.timings, entry.stage, runs[entry.config.lr].run_s)
+                run = swept[entry.config.lr]
                 run.compile_s = compile_share
-                check_run(run, config)
+                check_run(run, entry.config)
                 score = _score(run, entry, references)
                 outcome.env_scores.append(score)
                 if entry.stage == "short":
@@ -372,7 +387,7 @@ def evaluate_artifacts(
     for candidate in alive:
         outcome = candidate.outcome
         outcome.passed, outcome.stage = True, "full"
-        score_roles(outcome)
+        score_roles(outcome, settings.lr_aggregation)
     return outcomes
 
 
@@ -432,19 +447,28 @@ def train_baselines(
     for group in group_by_config(plan_runs(settings)):
         if not wanted.intersection(entry.key for entry in group):
             continue
-        config = group[0].config
-        program = BatchProgram(config, lambda i: task.select([function], i), 1, seeds)
+        config, sweep = group[0].config, group[0].sweep
+        program = BatchProgram(
+            config, lambda i: task.select([function], i), 1, seeds, tuple(sweep) or None
+        )
         clock.add("compile", program.compile_s)
-        runner = program.start(0)
+        runner, done, per_rate = program.start(0), None, {}
         for entry in group:
-            if runner is None or entry.key not in wanted:
+            if entry.key not in wanted:
                 continue
             wanted.discard(entry.key)
-            runner, per_seed = program.advance_per_seed(runner, 0, entry.updates)
-            clock.add("run", per_seed[0].run_s)
-            for seed, run in zip(seeds, per_seed):
+            if entry.updates != done:  # one advance per segment end; a sweep's rates share it
+                if sweep:
+                    runner, table = program.advance_sweep_per_seed(runner, 0, entry.updates)
+                    per_rate = dict(zip(sweep, table))
+                else:
+                    runner, per_seed = program.advance_per_seed(runner, 0, entry.updates)
+                    per_rate = {config.lr: per_seed}
+                done = entry.updates
+                clock.add("run", next(iter(per_rate.values()))[0].run_s)
+            for seed, run in zip(seeds, per_rate[entry.config.lr]):
                 run.compile_s = program.compile_s
-                check_run(run, config)
+                check_run(run, entry.config)
                 runs.append({"key": entry.key, "seed": seed, **run.to_dict()})
         if config.env_name not in randoms:
             start = time.perf_counter()

@@ -1,0 +1,78 @@
+"""A role-aware fake evaluator for in-process discovery tests (no sandbox, no training).
+
+It scores every planned environment of its purpose (evaluation/settings.py `plan_runs`) from a
+per-program quality and a per-seed noise, so properties of selection are exact and
+deterministic (tests/test_validation_race.py, tests/test_protocols.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from metarl.evaluation.outcome import EnvScore, Outcome, score_roles
+from metarl.evaluation.seeds import pinned_extension
+from metarl.evaluation.settings import plan_runs
+from metarl.tasks import get_task
+
+SEEDS = {seed.source for seed in get_task("drift").seed_programs()}
+
+
+def unit(*parts) -> float:
+    """A deterministic number in [0, 1) from `parts`."""
+    digest = hashlib.sha256("|".join(map(str, parts)).encode()).hexdigest()
+    return int(digest[:8], 16) / 0x100000000
+
+
+class RoleEvaluator:
+    """Scores each planned env of its settings. A program's return on an env is its quality
+    for the env's role plus seed noise of amplitude `noise`; children beat the seeds on
+    training envs by 1, and on validation envs by `validation_gain`; test returns come from
+    `test_return(source, env, seed)`."""
+
+    def __init__(self, settings, log, validation_gain=0.0, noise=0.1, test_return=None):
+        self.settings, self.log = settings, log
+        self.validation_gain, self.noise = validation_gain, noise
+        self.test_return = test_return or (lambda source, env, seed: unit(source, env, seed))
+
+    def value(self, source: str, role: str, env: str, seed: int) -> float:
+        child = source not in SEEDS
+        if role == "test":
+            return self.test_return(source, env, seed)
+        base = unit(source, role)
+        if child:
+            base += 1.0 if role == "train" else self.validation_gain
+        return 5.0 + base + self.noise * (unit(env, seed) - 0.5)
+
+    def evaluate_batch(self, sources, task, known_fingerprints=None, progress=None, **kw):
+        settings = self.settings
+        seeds = pinned_extension(settings.seed_values, settings.seeds, kw.get("exclude_seeds", ()))
+        runs = [p for p in plan_runs(settings) if p.stage == "full"]
+        self.log.append((tuple(p.role for p in runs), len(sources), tuple(seeds)))
+        out = []
+        for source in sources:
+            scores = []
+            for entry in runs:
+                env = entry.config.env_name
+                returns = [self.value(source, entry.role, env, s) for s in seeds]
+                mean = sum(returns) / len(returns)
+                scores.append(
+                    EnvScore(
+                        env=env,
+                        seeds=list(seeds),
+                        total_timesteps=8192,
+                        returns=returns,
+                        mean=mean,
+                        std=0.0,
+                        normalised=mean / 5.0,
+                        baseline_mean=5.0,
+                        random_mean=0.0,
+                        role=entry.role,
+                    )
+                )
+            outcome = Outcome(passed=True, stage="full", env_scores=scores, fingerprint=source)
+            score_roles(outcome)
+            out.append(outcome)
+        return out
+
+    def close(self):
+        pass

@@ -62,8 +62,7 @@ def run_discovery(selection: str, rng_seed: int, budget: int, max_time: float, f
     path = folder / f"{selection}-{rng_seed}.db"
     with Archive(path) as archive:
         result = DiscoveryLoop(archive, config, MutationProposer(), on_event=on_event).run()
-        state_incumbent = archive.run(result.run_id)["best_id"] or incumbent.get("id")
-        cid = incumbent.get("id") or state_incumbent
+        cid = incumbent.get("id") or archive.get_run(result.run_id)["best_id"]
         row = archive.candidate(cid)
     return cid, row["code"], row["name"], path
 

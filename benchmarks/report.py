@@ -232,6 +232,8 @@ def env_scores(
                     if env not in HELDOUT_ENVS
                     else {}
                 ),
+                "role": "test" if env in HELDOUT_ENVS else "train",
+                "lr": None,
             }
         )
     return out
@@ -257,11 +259,15 @@ def outcome_data(
         "heldout": None,
         "fitness_ci": None,
         "heldout_ci": None,
+        "validation": None,
+        "validation_ci": None,
         "fingerprint": None,
         "duplicate_of": duplicate_of,
         "timings": {},
         "stdout": "",
         "sandbox": {},
+        "seeds_pinned": False,
+        "fault": "candidate",
     }
     if status == "no_code":
         return {**data, "reason": reason_of(rng, "propose")}
@@ -318,6 +324,7 @@ def candidate_columns(data: dict) -> dict:
     timings = data["timings"]
     eval_s = timings.get("total", sum(timings.values())) if timings else None
     columns = {
+        **({"seeds": dumps(data["env_scores"][0]["seeds"])} if data["env_scores"] else {}),
         "status": status,
         "stage": data["stage"],
         "reason": data["reason"],
@@ -346,6 +353,8 @@ def evaluations_of(data: dict, cid: str, run_id: str, purpose: str, at: str) -> 
             "env": env["env"],
             "stage": env["stage"],
             "heldout": int(bool(env["heldout"])),
+            "role": env.get("role") or ("test" if env["heldout"] else "train"),
+            "lr": env.get("lr"),
             "seeds": dumps(env["seeds"]),
             "total_timesteps": env["total_timesteps"],
             "returns": dumps(env["returns"]),

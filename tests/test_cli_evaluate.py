@@ -40,7 +40,7 @@ def test_passing_seed_prints_a_table_and_exits_0():
     result = invoke("evaluate", path, "--task", "drift", *TINY)
     assert result.exit_code == 0, result.output
     out = result.stdout
-    assert "CartPole-v1" in out and "PASSED" in out and "fitness 1.000" in out
+    assert "CartPole-v1" in out and "PASSED" in out and "train 1.000" in out
     for column in ("return", "normalised", "compile s", "run s", "env-steps/s"):
         assert column in out
 

@@ -28,10 +28,11 @@ from report_pages import rows, sections
 from metarl.archives.queries import Setting, reference_setting
 from metarl.archives.store import Archive, outcome_columns
 from metarl.evaluation.outcome import Outcome
-from metarl.report.figures import sample
+from metarl.report.comparison import compare_runs
+from metarl.report.figures import generalisation_gap, sample
 from metarl.report.page import write_report
 from metarl.report.settings import ReportSettings
-from metarl.report.story import Point, funnel_of, incumbent_of
+from metarl.report.story import Point, funnel_of, incumbent_of, run_story
 
 METARL = [sys.executable, "-c", "from metarl.cli.app import main; main()"]
 # r3: the seed programs scored on two training seeds (budget 0): another setting than r2's
@@ -83,7 +84,8 @@ def test_discover_with_report_writes_the_page_and_prints_its_path(runs):
 
 def test_a_run_report_has_every_section_of_a_discovery_run(page):
     found = {name for run, name in sections(page) if run == "r2"}
-    assert {"header", "fitness", "curves", "scores", "funnel", "lineage", "code"} <= found
+    expected = {"header", "fitness", "generalisation", "curves", "scores", "funnel", "lineage"}
+    assert expected | {"code"} <= found
     assert not found & {"es", "grpo", "llm"}  # a mutation run has no ES, GRPO or LLM calls
 
 
@@ -386,3 +388,205 @@ def test_the_reference_setting_is_the_one_most_rows_share():
 def test_report_settings_refuse_nonsense():
     with pytest.raises(Exception, match="top must be at least 1"):
         ReportSettings(top=0)
+
+
+# -- train against test, on an archive written by hand -------------------------------------
+
+
+def _candidate(archive: Archive, run_id: str, seq: int, fitness=None, **columns) -> None:
+    """Candidate `{run_id}-{seq}` recorded directly (no training), with the given scores: a
+    passed one when it has a fitness, else one that failed its probes."""
+    archive.record_candidate(
+        {
+            "id": f"{run_id}-{seq}",
+            "run_id": run_id,
+            "seq": seq,
+            "task": "drift",
+            "suite": "minatar",
+            "hash": f"{run_id}-{seq}-hash",
+            "name": f"program{seq}",
+            "code": f"def drift(ratio, advantage, epsilon):\n    return ratio * {seq}\n",
+            "seeds": [0, 1, 2, 3],
+            "total_timesteps": 8192,
+            "eval_key": "k",
+            "generation": 0 if columns.get("is_seed") else 1,
+            "is_seed": 0,
+            "proposer": "seed" if columns.get("is_seed") else "mutation",
+            "parent_ids": [],
+            "status": "passed" if fitness is not None else "failed",
+            "stage": "full" if fitness is not None else "probes",
+            "reason": None if fitness is not None else "probes broke",
+            "fitness": fitness,
+            **columns,
+        },
+        None,
+    )
+
+
+def _ci(column: str, *values: float) -> dict:
+    """`column`'s interval columns (`_low`, `_high`) and, given three values, the score itself:
+    _ci("heldout", 0.8, 0.7, 1.02) or _ci("fitness", 0.9, 1.1) (the fitness passed apart)."""
+    *score, low, high = values
+    return {f"{column}_low": low, f"{column}_high": high, **({column: score[0]} if score else {})}
+
+
+@pytest.fixture(scope="module")
+def gap_archive(tmp_path_factory) -> Path:
+    """r1 (protocol discobench, incumbent r1-2): a seed program tested with itself, children
+    whose test score is final, confirmed, measured with them or missing, one failed; r2: a
+    run whose config alone names its protocol (quick); r3: a run from before protocols."""
+    path = tmp_path_factory.mktemp("gap") / "gap.db"
+    with Archive(path) as archive:
+        run = archive.create_run(
+            task="drift",
+            suite="minatar",
+            proposer="mutation",
+            protocol="discobench",
+            config={"protocol": "discobench"},
+            best_id="r1-2",
+        )
+        _candidate(
+            archive,
+            run,
+            0,
+            1.0,
+            is_seed=1,
+            **_ci("fitness", 0.9, 1.1),
+            **_ci("heldout", 1.0, 0.95, 1.05),
+        )
+        _candidate(archive, run, 1, 1.5, **_ci("fitness", 1.3, 1.7))  # never tested
+        _candidate(
+            archive,
+            run,
+            2,
+            1.4,
+            **_ci("fitness", 1.2, 1.6),
+            **_ci("heldout", 1.1, 1.0, 1.2),
+            **_ci("confirmed_heldout", 0.9, 0.8, 1.0),
+            **_ci("final_heldout", 0.7, 0.6, 0.8),
+            **_ci("validation", 1.2, 1.1, 1.3),
+            final_seeds=list(range(100, 108)),
+        )
+        _candidate(
+            archive,
+            run,
+            3,
+            1.2,
+            **_ci("heldout", 1.05, 0.97, 1.2),
+            **_ci("confirmed_heldout", 0.85, 0.7, 0.95),
+        )
+        _candidate(archive, run, 4, 1.1, **_ci("heldout", 0.8, 0.7, 1.02))
+        _candidate(archive, run, 5)  # failed its probes: not scored
+        _candidate(archive, run, 6, 0.5, heldout=0.4)  # a test score without an interval
+        quick = archive.create_run(
+            task="drift", suite="minatar", proposer="mutation", config={"protocol": "quick"}
+        )
+        _candidate(archive, quick, 0, 1.0, is_seed=1, heldout=1.0)
+        old = archive.create_run(task="drift", suite="minatar", proposer="mutation", config={})
+        _candidate(archive, old, 0, 1.0, is_seed=1)
+    return path
+
+
+@pytest.fixture(scope="module")
+def gap_page(gap_archive, tmp_path_factory) -> str:
+    """The report of r1, r2 and r3 compared (each drawn in full)."""
+    out = tmp_path_factory.mktemp("gap-page") / "gap.html"
+    with Archive(gap_archive, must_exist=True) as archive:
+        write_report(archive, ["r1", "r2", "r3"], out)
+    return out.read_text()
+
+
+def _gap(db: Path, run_id: str = "r1"):
+    with Archive(db, must_exist=True) as archive:
+        return run_story(archive, run_id, ReportSettings()).generalisation
+
+
+def test_the_gap_scatter_prefers_final_over_confirmed_over_selection_test_scores(gap_archive):
+    points = {p.id: p for p in _gap(gap_archive).points}
+    final, confirmed, selection = points["r1-2"], points["r1-3"], points["r1-4"]
+    assert (final.test, final.test_ci, final.test_source) == (0.7, [0.6, 0.8], "final")
+    assert final.test_seeds == 8 and (final.validation, final.validation_ci) == (1.2, [1.1, 1.3])
+    assert (final.train, final.train_ci) == (1.4, [1.2, 1.6])
+    assert (confirmed.test, confirmed.test_ci, confirmed.test_source) == (
+        0.85,
+        [0.7, 0.95],
+        "confirmed",
+    )
+    assert (selection.test, selection.test_source, selection.validation) == (0.8, "selection", None)
+    assert points["r1-0"].is_seed and points["r1-0"].test_source == "selection"
+
+
+def test_the_page_lists_each_test_score_with_where_it_was_measured(gap_page):
+    table = rows(sections(gap_page)[("r1", "generalisation")], "candidate")
+    assert table["r1-2"][2:7] == [
+        "1.400 [1.20, 1.60]",
+        "1.200 [1.10, 1.30]",
+        "0.700 [0.60, 0.80]",
+        "final (8 fresh seeds)",
+        "-0.700",
+    ]
+    assert table["r1-3"][4:6] == ["0.850 [0.70, 0.95]", "confirmed"]
+    assert table["r1-0"][4:6] == ["1.000 [0.95, 1.05]", "selection"]
+    assert list(table)[0] == "r1-2"  # the incumbent first
+
+
+def test_a_candidate_whose_test_interval_lies_below_the_baseline_is_marked(gap_archive, gap_page):
+    gap = _gap(gap_archive)
+    # r1-4's interval reaches 1.02 and r1-6 has none: neither is significantly worse
+    assert [p.id for p in gap.worse] == ["r1-2", "r1-3"]
+    figure, drawn = generalisation_gap([gap], limit=100)
+    marked = next(t for t in figure.data if t.name == "test interval below the baseline")
+    assert (list(marked.x), list(marked.y)) == ([1.4, 1.2], [0.7, 0.85])
+    assert marked.marker.symbol.startswith("x") and drawn == len(gap.points)
+    star = next(t for t in figure.data if t.name == "incumbent")
+    assert list(star.text) == ["r1-2"] and star.marker.symbol == "star"
+    section = sections(gap_page)[("r1", "generalisation")]
+    worse = re.search(r'data-value="worse">(.*?)</p>', section, re.S).group(1)
+    text = " ".join(html.unescape(re.sub(r"<[^>]+>", "", worse)).split())
+    assert "2 candidates significantly worse than PPO on the test envs" in text
+    assert text.endswith("r1-2, r1-3.")
+    table = rows(section, "candidate")
+    assert "worse than PPO on test" in table["r1-3"][-1]
+    assert "worse than PPO on test" not in table["r1-0"][-1]
+
+
+def test_candidates_without_a_test_score_are_left_out_of_the_scatter_and_counted(
+    gap_archive, gap_page
+):
+    gap = _gap(gap_archive)
+    assert [p.id for p in gap.points] == ["r1-0", "r1-2", "r1-3", "r1-4", "r1-6"]
+    assert gap.untested == 1 and gap.scored == 6  # r1-1 untested; the failed r1-5 not scored
+    figure, _ = generalisation_gap([gap], limit=100)
+    drawn = {t for trace in figure.data if trace.text is not None for t in trace.text}
+    assert not any(text.startswith("r1-1 ") for text in drawn)
+    caption = sections(gap_page)[("r1", "generalisation")]
+    assert 'data-value="untested">1<' in caption and "6 scored candidates, 5 with" in caption
+    # a run with no test score at all: no plot, the count alone
+    old = sections(gap_page)[("r3", "generalisation")]
+    assert "no scored candidate has a test score" in old and 'data-value="untested">1<' in old
+    assert "plotly-graph-div" not in old
+
+
+def test_each_run_shows_its_protocol_or_unrecorded(gap_page):
+    page = sections(gap_page)
+    for run_id, protocol in (("r1", "discobench"), ("r2", "quick"), ("r3", "unrecorded")):
+        header = page[(run_id, "header")]
+        assert f'data-value="protocol">{protocol}<' in header, run_id
+        assert f"under protocol {protocol}: normalised scores" in header
+    assert {run: cells[-2] for run, cells in rows(page[("", "compare")], "run").items()} == {
+        "r1": "discobench",
+        "r2": "quick",
+        "r3": "unrecorded",
+    }
+    assert "protocol discobench, quick, unrecorded</p>" in " ".join(gap_page.split())
+    assert "protocol discobench: 6 scored candidates" in page[("r1", "generalisation")]
+
+
+def test_the_comparison_draws_every_runs_candidates_with_each_runs_incumbent(gap_archive):
+    with Archive(gap_archive, must_exist=True) as archive:
+        comparison = compare_runs(archive, ["r1", "r2"], limit=10)
+    figure, drawn = generalisation_gap(comparison.generalisation, limit=100)
+    assert drawn == 6 and {t.name for t in figure.data} >= {"run r1", "run r2"}
+    stars = next(t for t in figure.data if t.name == "each run's incumbent")
+    # r1's recorded best; r2 recorded none: its best score so far, the seed program
+    assert list(stars.text) == ["r1-2", "r2-0"]

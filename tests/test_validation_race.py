@@ -130,3 +130,21 @@ def test_a_close_child_is_raced_to_the_cap_and_keeps_the_incumbent(tmp_path, rol
     # every validation round drew seeds neither had seen
     seen = [set(entry[2]) for entry in log if entry[0] == ("validation", "validation")]
     assert all(not (x & y) for i, x in enumerate(seen) for y in seen[i + 1 :])
+
+
+def test_the_proposer_sees_neither_test_envs_nor_test_numbers(tmp_path, role_suites):
+    from metarl.discovery.planning import parent_info
+    from metarl.discovery.proposers.llm.prompts import describe_program
+
+    _, rows, _, _ = run(
+        tmp_path / "a.db",
+        config(budget=0),
+        test_return=lambda source, env, seed: 123456.0,
+    )
+    seed = next(r for r in rows if r["is_seed"] and r["heldout"] is not None)
+    with Archive(tmp_path / "a.db", must_exist=True) as archive:
+        info = parent_info(archive, seed["id"])
+    assert info.outcome.heldout is None and info.outcome.heldout_ci is None
+    assert {s.role for s in info.outcome.env_scores} == {"train"}
+    text = describe_program(info, "drift")
+    assert "Catch-bsuite" not in text and "123456" not in text and "CartPole-v1" in text

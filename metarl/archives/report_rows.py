@@ -29,7 +29,20 @@ POINT_COLUMNS = (
     "fitness_high",
     "confirmed_fitness",
     "heldout",
+    "heldout_low",
+    "heldout_high",
     "confirmed_heldout",
+    "confirmed_heldout_low",
+    "confirmed_heldout_high",
+    # the test role re-measured on fresh seeds after selection, and the validation role: what
+    # the train-vs-test scatter draws beside the train score (report/generalisation.py)
+    "final_heldout",
+    "final_heldout_low",
+    "final_heldout_high",
+    "final_seeds",
+    "validation",
+    "validation_low",
+    "validation_high",
     "method",
     "proposer",
     "operator",
@@ -56,14 +69,23 @@ CALL_COLUMNS = (
 
 
 def run_points(archive: Archive, run_id: str) -> list[dict]:
-    """Every candidate of run `run_id` in proposal order, narrow columns only (`seeds` decoded
-    into a list)."""
+    """Every candidate of run `run_id` in proposal order, narrow columns only.
+
+    Args:
+        archive: the archive holding the run.
+        run_id: the run.
+
+    Returns:
+        One dict of POINT_COLUMNS per candidate, `seeds` and `final_seeds` decoded into lists
+        ([] when unrecorded).
+    """
     rows = archive.query(
         f"SELECT {', '.join(POINT_COLUMNS)} FROM candidates WHERE run_id = ? ORDER BY seq",
         (run_id,),
     )
     for row in rows:
-        row["seeds"] = json.loads(row["seeds"]) if row["seeds"] else []
+        for column in ("seeds", "final_seeds"):
+            row[column] = json.loads(row[column]) if row[column] else []
     return rows
 
 

@@ -23,6 +23,13 @@ from metarl.evaluation.text import printable
 # how an evaluation's environment is marked by its role (training envs are unmarked)
 ROLE_MARK = {"validation": " (validation)", "test": " (test)"}
 
+
+def _env_label(ev: dict) -> str:
+    """An evaluation's environment, marked by its role and, when swept, its learning rate."""
+    label = ev["env"] + ROLE_MARK.get(ev.get("role") or ("test" if ev["heldout"] else ""), "")
+    return label + (f" @ lr {ev['lr']:.3g}" if ev.get("lr") is not None else "")
+
+
 PROMPT_CHARS = 1200  # of an LLM call's prompt and reply shown without `show --full`
 
 
@@ -138,7 +145,7 @@ def _evaluations_table(evaluations: list[dict]) -> Table:
             no_wrap=column in ("purpose", "env", "return", "normalised"),
         )
     for ev in evaluations:
-        env = ev["env"] + ROLE_MARK.get(ev.get("role") or ("test" if ev["heldout"] else ""), "")
+        env = _env_label(ev)
         table.add_row(
             *cells(
                 ev["purpose"],
@@ -173,7 +180,7 @@ def _published_table(evaluations: list[dict]) -> Table | None:
     for column in ("purpose", "env", "stage", "steps", *labels):
         table.add_column(untrusted(column), justify="right" if column in labels else "left")
     for ev in shown:
-        env = ev["env"] + ROLE_MARK.get(ev.get("role") or ("test" if ev["heldout"] else ""), "")
+        env = _env_label(ev)
         values = [ev["purpose"], env, ev["stage"], str(ev["total_timesteps"])]
         table.add_row(*cells(*values, *(fmt(ev["published"].get(label)) for label in labels)))
     return table

@@ -5,12 +5,19 @@ over all of them. Plain data, like a run's story (story.py), so a test checks wh
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from metarl.archives.queries import LeaderRow, Setting, leaderboard, reference_setting
+from metarl.archives.queries import (
+    LeaderRow,
+    Setting,
+    leaderboard,
+    reference_setting,
+    run_protocols,
+)
 from metarl.archives.report_rows import run_points
 from metarl.archives.store import Archive
-from metarl.report.story import points_of, setting_of
+from metarl.report.generalisation import Generalisation, generalisation_of, protocol_label
+from metarl.report.story import best_of, incumbent_of, points_of, setting_of
 
 
 @dataclass
@@ -30,6 +37,7 @@ class RunComparison:
     to_beat: int | None  # proposals until one scored above the baseline (fitness > 1)
     to_beat_ci: int | None  # ... with the 95% interval's lower end above 1
     best_so_far: list[float | None]  # after each proposal
+    protocol: str = ""  # the run's evaluation protocol ("unrecorded" for older runs)
 
 
 @dataclass
@@ -38,6 +46,8 @@ class Comparison:
     reference: Setting | None
     board: list[LeaderRow]
     envs: list[str]
+    # every run's scored candidates, train against test, each run's incumbent marked
+    generalisation: list[Generalisation] = field(default_factory=list)
 
 
 def compare_runs(archive: Archive, run_ids: list[str], limit: int) -> Comparison:
@@ -50,13 +60,17 @@ def compare_runs(archive: Archive, run_ids: list[str], limit: int) -> Comparison
 
     Returns:
         The Comparison; a run's `differs` names what separates its setting from the one most of
-        the runs share.
+        the runs share; `generalisation` has each run's train-vs-test data, in `run_ids` order.
     """
-    runs = []
+    runs, gaps = [], []
+    protocols = run_protocols(archive, run_ids)
     for run_id in run_ids:
         run = archive.get_run(run_id)
         rows = run_points(archive, run_id)
-        points = [p for p in points_of(rows) if not p.is_seed]
+        every = points_of(rows)
+        points = [p for p in every if not p.is_seed]
+        protocol = protocol_label(protocols.get(run_id))
+        gaps.append(generalisation_of(rows, run_id, best_of(run, incumbent_of(every)), protocol))
         best_so_far, best, best_point = [], None, None
         to_beat = to_beat_ci = None
         for index, point in enumerate(points, 1):
@@ -83,6 +97,7 @@ def compare_runs(archive: Archive, run_ids: list[str], limit: int) -> Comparison
                 to_beat=to_beat,
                 to_beat_ci=to_beat_ci,
                 best_so_far=best_so_far,
+                protocol=protocol,
             )
         )
     reference = reference_setting([r.setting for r in runs if r.setting is not None])
@@ -92,4 +107,6 @@ def compare_runs(archive: Archive, run_ids: list[str], limit: int) -> Comparison
     board = leaderboard(archive, all_runs=True, run_ids=run_ids, limit=limit)
     for row in board.rows:  # against the runs' reference, as the table of runs above it
         row.differs = row.setting.differences(reference) if reference else []
-    return Comparison(runs=runs, reference=reference, board=board.rows, envs=board.envs)
+    return Comparison(
+        runs=runs, reference=reference, board=board.rows, envs=board.envs, generalisation=gaps
+    )

@@ -9,11 +9,13 @@ every incumbent and confirmed candidate (`sample`); lines and counts use every r
 from __future__ import annotations
 
 import math
+from typing import TypeVar
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from metarl.report.comparison import Comparison
+from metarl.report.generalisation import BASELINE, TEST_SOURCES, GapPoint, Generalisation
 from metarl.report.story import Curves, Funnel, ModelUsage, Point, RunStory
 
 HEIGHT = 420
@@ -30,6 +32,9 @@ PALETTE = (
     "#7f7f7f",
 )
 BASELINE_COLOUR = "#222222"
+WORSE_COLOUR = "#d62728"  # a test interval entirely below the baseline
+INCUMBENT_COLOUR = "#f0b400"
+Sampled = TypeVar("Sampled", Point, GapPoint)
 
 
 def _layout(fig: go.Figure, title: str, height: int = HEIGHT, **axes) -> go.Figure:
@@ -55,7 +60,7 @@ def _whole_ticks(fig: go.Figure, largest: int) -> None:
         fig.update_xaxes(dtick=1)
 
 
-def sample(points: list[Point], keep: set[str], limit: int) -> list[Point]:
+def sample(points: list[Sampled], keep: set[str], limit: int) -> list[Sampled]:
     """At most `limit` of `points` (or all `keep` ones if more): every point whose id is in
     `keep`, and an even stride over the others, in their order."""
     if len(points) <= limit:
@@ -66,6 +71,172 @@ def sample(points: list[Point], keep: set[str], limit: int) -> list[Point]:
     stride = max(1, math.ceil(len(others) / room)) if room else len(others) + 1
     chosen = {p.id for p in others[::stride]} if room else set()
     return [p for p in points if p.id in keep or p.id in chosen]
+
+
+def _errors(values: list[float], intervals: list[list[float] | None]) -> dict:
+    """A plotly error-bar spec drawing each value's [low, high] interval (none: no bar)."""
+    return {
+        "type": "data",
+        "symmetric": False,
+        "array": [(ci[1] - v) if ci else 0 for v, ci in zip(values, intervals)],
+        "arrayminus": [(v - ci[0]) if ci else 0 for v, ci in zip(values, intervals)],
+        "thickness": 1,
+        "width": 0,
+    }
+
+
+def _gap_text(point: GapPoint, runs: int) -> str:
+    """A scatter point's hover text: the candidate, its test score's source and validation."""
+    run = f" (run {point.run_id})" if runs > 1 else ""
+    seeds = f" ({point.test_seeds} fresh seeds)" if point.test_seeds else ""
+    validation = "" if point.validation is None else f"<br>validation {point.validation:.3f}"
+    seed = " · seed program" if point.is_seed else ""
+    return (
+        f"{point.id} {point.name}{run}{seed}<br>test {TEST_SOURCES[point.test_source]}"
+        f"{seeds}{validation}"
+    )
+
+
+def generalisation_gap(runs: list[Generalisation], limit: int) -> tuple[go.Figure, int]:
+    """Every scored candidate's train score (x) against its test score (y), with their 95%
+    intervals as error bars: the diagonal y = x (no gap), the baseline on each axis (x = 1,
+    y = 1), each run's incumbent as a star, and a red x on every candidate whose test interval
+    lies entirely below the baseline, a square around every seed program. One run's points are
+    coloured by where their test score comes from (final, confirmed, selection); several
+    runs' by run.
+
+    Args:
+        runs: the runs' train-vs-test data (`generalisation.generalisation_of`).
+        limit: the most points drawn per run (every incumbent, re-measured and significantly
+            worse candidate kept, an even sample of the rest; `sample`).
+
+    Returns:
+        The figure and how many points it draws.
+    """
+    drawn = [
+        p
+        for run in runs
+        for p in sample(
+            run.points,
+            {p.id for p in run.points if p.is_incumbent or p.worse or p.test_source != "selection"},
+            limit,
+        )
+    ]
+    colours = [c for c in PALETTE if c != WORSE_COLOUR]
+    if len(runs) > 1:
+        groups = {run.run_id: f"run {run.run_id}" for run in runs}
+        key = "run_id"
+    else:
+        groups = {s: f"test {text} ({s})" for s, text in TEST_SOURCES.items()}
+        key = "test_source"
+    fig = go.Figure()
+    colour_of = {}
+    for index, (value, label) in enumerate(groups.items()):
+        group = [p for p in drawn if getattr(p, key) == value]
+        colour_of[value] = colours[index % len(colours)]
+        if not group:
+            continue
+        fig.add_trace(
+            go.Scatter(
+                x=[p.train for p in group],
+                y=[p.test for p in group],
+                error_x=_errors([p.train for p in group], [p.train_ci for p in group]),
+                error_y=_errors([p.test for p in group], [p.test_ci for p in group]),
+                mode="markers",
+                name=label,
+                marker={"size": 8, "color": colour_of[value], "opacity": 0.8},
+                text=[_gap_text(p, len(runs)) for p in group],
+                hovertemplate="%{text}<br>train %{x:.3f}<br>test %{y:.3f}<extra></extra>",
+            )
+        )
+    seeds = [p for p in drawn if p.is_seed]
+    if seeds:
+        fig.add_trace(
+            go.Scatter(
+                x=[p.train for p in seeds],
+                y=[p.test for p in seeds],
+                mode="markers",
+                name="seed program",
+                marker={
+                    "symbol": "square-open",
+                    "size": 14,
+                    "color": BASELINE_COLOUR,
+                    "line": {"width": 1.5},
+                },
+                hoverinfo="skip",
+            )
+        )
+    worse = [p for p in drawn if p.worse]
+    if worse:
+        fig.add_trace(
+            go.Scatter(
+                x=[p.train for p in worse],
+                y=[p.test for p in worse],
+                mode="markers",
+                name="test interval below the baseline",
+                marker={
+                    "symbol": "x-thin-open",
+                    "size": 16,
+                    "color": WORSE_COLOUR,
+                    "line": {"width": 3, "color": WORSE_COLOUR},
+                },
+                text=[p.id for p in worse],
+                hovertemplate="%{text}: test %{y:.3f}, significantly worse than the baseline"
+                "<extra></extra>",
+            )
+        )
+    best = [p for p in drawn if p.is_incumbent]
+    if best:
+        fig.add_trace(
+            go.Scatter(
+                x=[p.train for p in best],
+                y=[p.test for p in best],
+                mode="markers",
+                name="incumbent" if len(runs) == 1 else "each run's incumbent",
+                marker={
+                    "symbol": "star",
+                    "size": 17,
+                    "color": [colour_of[getattr(p, key)] for p in best]
+                    if len(runs) > 1
+                    else INCUMBENT_COLOUR,
+                    "line": {"color": BASELINE_COLOUR, "width": 1.5},
+                },
+                text=[p.id for p in best],
+                hovertemplate="incumbent %{text}<br>train %{x:.3f}<br>test %{y:.3f}<extra></extra>",
+            )
+        )
+    ends = [BASELINE, 0.0]
+    for p in drawn:
+        ends += [p.train, p.test, *(p.train_ci or []), *(p.test_ci or [])]
+    low, high = min(ends), max(ends)
+    pad = 0.05 * (high - low or 1.0)
+    fig.add_trace(
+        go.Scatter(
+            x=[low - pad, high + pad],
+            y=[low - pad, high + pad],
+            mode="lines",
+            line={"color": "#999", "dash": "dash", "width": 1},
+            name="test = train (no gap)",
+            hoverinfo="skip",
+        )
+    )
+    fig.add_hline(y=BASELINE, line={"color": "#999", "dash": "dot", "width": 1})
+    fig.add_vline(
+        x=BASELINE,
+        line={"color": "#999", "dash": "dot", "width": 1},
+        annotation_text="baseline",
+        annotation_position="bottom right",
+    )
+    return (
+        _layout(
+            fig,
+            "train against test score: the generalisation gap (1.0 = the baseline program)",
+            height=HEIGHT + 60,
+            xaxis_title="train score (normalised fitness, 95% interval)",
+            yaxis_title="test score (held-out envs, 95% interval)",
+        ),
+        len(drawn),
+    )
 
 
 def fitness_over_evaluations(story: RunStory, limit: int) -> tuple[go.Figure, int]:

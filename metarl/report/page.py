@@ -91,10 +91,23 @@ def _environment() -> jinja2.Environment:
 
 
 def run_figures(story: RunStory, settings: ReportSettings) -> dict:
-    """The run's figures as HTML fragments, by section; with `drawn`, the fitness points drawn."""
+    """The run's figures as HTML fragments, by section.
+
+    Args:
+        story: the run's story.
+        settings: how many points a scatter draws at most.
+
+    Returns:
+        Section name -> figure; with `drawn` (fitness points drawn) and, when the run has a
+        candidate with a test score, `gap_drawn` (train-vs-test points drawn).
+    """
     prefix = story.header.id
     fitness, drawn = figures.fitness_over_evaluations(story, settings.max_points)
     out = {"fitness": _figure(fitness, f"{prefix}-fitness-plot"), "drawn": drawn}
+    gap = story.generalisation
+    if gap is not None and gap.points:
+        plot, out["gap_drawn"] = figures.generalisation_gap([gap], settings.max_points)
+        out["generalisation"] = _figure(plot, f"{prefix}-generalisation-plot")
     if story.curves:
         out["curves"] = _figure(figures.learning_curves(story.curves), f"{prefix}-curves-plot")
         out["scores"] = _figure(figures.environment_scores(story.curves), f"{prefix}-scores-plot")
@@ -148,6 +161,11 @@ def render(
             "data": comparison,
             "plot": _figure(figures.comparison_curves(comparison), "compare-plot"),
         }
+        if any(gap.points for gap in comparison.generalisation):
+            plot, compare["gap_drawn"] = figures.generalisation_gap(
+                comparison.generalisation, settings.max_points
+            )
+            compare["generalisation"] = _figure(plot, "compare-generalisation-plot")
     return template.render(
         title=_title(stories, comparison),
         plotly_js=Markup(plotly.offline.get_plotlyjs()),
@@ -157,9 +175,25 @@ def render(
         settings=settings,
         omitted=omitted,
         archive=archive_path,
+        protocols=protocols_of(stories, comparison),
         made=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         version=__version__,
     )
+
+
+def protocols_of(stories: list[RunStory], comparison: Comparison | None) -> list[str]:
+    """The evaluation protocols of the runs on the page, each once, in order of appearance.
+
+    Args:
+        stories: the runs drawn in full.
+        comparison: the runs compared, or None.
+
+    Returns:
+        The protocol labels ("unrecorded" for runs archived before protocols were).
+    """
+    labels = [run.protocol for run in comparison.runs] if comparison is not None else []
+    labels += [story.header.protocol for story in stories]
+    return list(dict.fromkeys(labels))
 
 
 def _title(stories: list[RunStory], comparison: Comparison | None) -> str:

@@ -11,15 +11,21 @@ and from the calls table: an LLM run's tokens, cost and latency.
 
 from __future__ import annotations
 
-import ast
-import difflib
 import math
 import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from metarl.archives.queries import LeaderRow, Setting, leaderboard, lineage, reference_setting
+from metarl.archives.queries import (
+    LeaderRow,
+    Setting,
+    leaderboard,
+    lineage,
+    reference_setting,
+    run_protocols,
+    test_column,
+)
 from metarl.archives.report_rows import (
     evaluated_program,
     full_evaluations,
@@ -30,6 +36,13 @@ from metarl.archives.report_rows import (
 from metarl.archives.store import Archive
 from metarl.evaluation.outcome import EVALUATOR_FAULT, STAGES
 from metarl.evaluation.text import redact_config, redact_secrets
+from metarl.report.generalisation import (
+    UNRECORDED,
+    Generalisation,
+    generalisation_of,
+    protocol_label,
+)
+from metarl.report.programs import Program, program_of
 from metarl.report.settings import ReportSettings
 from metarl.tasks import UnknownTask, get_task
 from metarl.tasks.candidate import source_hash
@@ -59,7 +72,7 @@ class Point:
     fitness: float | None
     fitness_ci: list[float] | None
     confirmed: float | None
-    heldout: float | None
+    heldout: float | None  # the reported test score: final, else confirmed, else selection
     is_seed: bool
 
     @property
@@ -136,22 +149,6 @@ class ModelUsage:
 
 
 @dataclass
-class Program:
-    """A top candidate's code, and what changed from its first parent."""
-
-    id: str
-    name: str
-    score: float | None
-    score_ci: list[float] | None
-    thought: str
-    operator: str
-    code: str
-    parent_id: str | None
-    diff: str  # unified diff against the parent's code; "" for a seed program or no parent
-    normalised: bool = False  # the diff is of both programs as ast.unparse writes them
-
-
-@dataclass
 class Header:
     """The run's row, as the page's header shows it."""
 
@@ -177,6 +174,7 @@ class Header:
     device: str
     host: str
     config: dict
+    protocol: str = UNRECORDED  # the run's evaluation protocol (what its scores mean)
 
 
 @dataclass
@@ -194,6 +192,7 @@ class RunStory:
     grpo_steps: list[dict]  # per step: step, mean_reward, pass_rates, kl, seconds, ...
     programs: list[Program]
     notes: list[str] = field(default_factory=list)
+    generalisation: Generalisation | None = None  # train vs test of every scored candidate
 
 
 def _label(row: dict) -> str:
@@ -209,8 +208,22 @@ def _interval(row: dict, score: str) -> list[float] | None:
     return [low, high] if low is not None and high is not None else None
 
 
+def _test_score(row: dict) -> float | None:
+    """The candidate's reported test score (`queries.test_column`): final, else confirmed,
+    else the one measured with it; None without one."""
+    column, _ = test_column(row)
+    return row[column] if column else None
+
+
 def points_of(rows: list[dict]) -> list[Point]:
-    """The fitness plot's points from `report_rows.run_points` rows."""
+    """The fitness plot's points from `report_rows.run_points` rows.
+
+    Args:
+        rows: the run's rows, in proposal order.
+
+    Returns:
+        One Point per row, in the same order.
+    """
     return [
         Point(
             id=row["id"],
@@ -223,9 +236,7 @@ def points_of(rows: list[dict]) -> list[Point]:
             fitness=row["fitness"] if row["status"] == "passed" else None,
             fitness_ci=_interval(row, "fitness"),
             confirmed=row["confirmed_fitness"],
-            heldout=(
-                row["confirmed_heldout"] if row["confirmed_heldout"] is not None else row["heldout"]
-            ),
+            heldout=_test_score(row),
             is_seed=bool(row["is_seed"]),
         )
         for row in rows
@@ -367,49 +378,6 @@ def curves_of(candidate_id: str, name: str, evaluations: list[dict], baseline: b
     return Curves(id=candidate_id, name=name, is_baseline=baseline, envs=envs)
 
 
-def _unparsed(code: str) -> str | None:
-    """The program as Python's ast writes it (no comments, one layout), or None if it does not
-    parse."""
-    try:
-        return ast.unparse(ast.parse(code)) + "\n"
-    except (SyntaxError, ValueError, RecursionError):
-        return None
-
-
-def program_of(row: dict, parent: dict | None, score_row: LeaderRow | None) -> Program:
-    """A top candidate's code and its diff against its parent. A mutation writes its child out
-    through `ast.unparse`, which drops comments and changes the layout, so a diff of the raw
-    texts marks every line; when both parse, the diff is of both written out the same way,
-    which shows only what changed in the program."""
-    code = row.get("code") or ""
-    diff, normalised = "", False
-    if parent is not None and parent.get("code"):
-        before, after = _unparsed(parent["code"]), _unparsed(code)
-        normalised = before is not None and after is not None
-        if not normalised:
-            before, after = parent["code"], code
-        diff = "".join(
-            difflib.unified_diff(
-                before.splitlines(keepends=True),
-                after.splitlines(keepends=True),
-                fromfile=parent["id"],
-                tofile=row["id"],
-            )
-        )
-    return Program(
-        id=row["id"],
-        name=row.get("name") or "",
-        score=score_row.score if score_row else row.get("fitness"),
-        score_ci=(score_row.confirmed_ci or score_row.fitness_ci) if score_row else None,
-        thought=row.get("thought") or "",
-        operator=row.get("operator") or "",
-        code=code,
-        parent_id=parent["id"] if parent else None,
-        diff=diff,
-        normalised=normalised,
-    )
-
-
 def setting_of(points: list[dict]) -> Setting | None:
     """The setting most of a run's scored candidates share."""
     settings = [
@@ -420,7 +388,18 @@ def setting_of(points: list[dict]) -> Setting | None:
     return reference_setting(settings)
 
 
-def header_of(run: dict, setting: Setting | None) -> Header:
+def header_of(run: dict, setting: Setting | None, protocol: str | None = None) -> Header:
+    """The page's header of a run.
+
+    Args:
+        run: the run's row, decoded.
+        setting: the setting most of its candidates were scored at.
+        protocol: its protocol label (`queries.run_protocols`); None or "": the runs column,
+            else its config's "protocol", else "unrecorded".
+
+    Returns:
+        The Header.
+    """
     # as archived since credentials stopped being stored; an older archive's too
     config = redact_config(run.get("config") or {})
     if run.get("budget_candidates") is not None:
@@ -458,6 +437,7 @@ def header_of(run: dict, setting: Setting | None) -> Header:
         device=run.get("device") or "",
         host=run.get("host") or "",
         config=config,
+        protocol=protocol_label(protocol or run.get("protocol") or config.get("protocol")),
     )
 
 
@@ -535,10 +515,12 @@ def run_story(archive: Archive, run_id: str, settings: ReportSettings) -> RunSto
             shown.append(program_of(programs[cid], parent, scores.get(cid)))
     state = run.get("state") or {}
     method = run.get("method") or "discovery"
+    incumbent = incumbent_of(points)
+    header = header_of(run, setting_of(rows), run_protocols(archive, [run_id]).get(run_id))
     return RunStory(
-        header=header_of(run, setting_of(rows)),
+        header=header,
         points=points,
-        incumbent=incumbent_of(points),
+        incumbent=incumbent,
         top=top,
         envs=board.envs,
         curves=curves,
@@ -552,4 +534,19 @@ def run_story(archive: Archive, run_id: str, settings: ReportSettings) -> RunSto
         grpo_steps=list(state.get("steps") or []) if method == "grpo" else [],
         programs=shown,
         notes=notes,
+        generalisation=generalisation_of(rows, run_id, best_of(run, incumbent), header.protocol),
     )
+
+
+def best_of(run: dict, incumbent: Incumbent) -> str | None:
+    """The run's incumbent as the report highlights it: the run's recorded best (`best_id`:
+    what selection chose), else the last step of its best score so far.
+
+    Args:
+        run: the run's row.
+        incumbent: its best score so far over its candidates (`incumbent_of`).
+
+    Returns:
+        The candidate's id, or None when the run has neither.
+    """
+    return run.get("best_id") or (incumbent.ids[-1] if incumbent.ids else None)

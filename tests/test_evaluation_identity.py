@@ -233,13 +233,24 @@ def test_sandbox_limits_share_a_key_but_an_unsandboxed_score_does_not():
         probe_seed=7,
     )
     assert eval_settings_key("drift", same, identity) == key
+    # asking for roles `smoke` does not have (validation, test) changes no score, nor the key
+    no_roles = CascadeSettings(suite="smoke", seeds=1, seed_values=[0], heldout=False)
+    all_roles = CascadeSettings(suite="smoke", seeds=1, seed_values=[0], validation=True)
+    assert eval_settings_key("drift", no_roles, identity) == key
+    assert eval_settings_key("drift", all_roles, identity) == key
     for differs in (
         CascadeSettings(suite="smoke", seeds=1, seed_values=[0], unsafe_no_sandbox=True),
         CascadeSettings(suite="smoke", seeds=1, seed_values=[1]),
         CascadeSettings(suite="smoke", seeds=1),  # drawn, not pinned
-        CascadeSettings(suite="smoke", seeds=1, seed_values=[0], heldout=False),
+        CascadeSettings(suite="smoke", seeds=1, seed_values=[0], lr_sweep="3"),
     ):
         assert eval_settings_key("drift", differs, identity) != key
+    classic = CascadeSettings(suite="classic", seeds=1, seed_values=[0])
+    scored_roles = {
+        eval_settings_key("drift", CascadeSettings(**{**vars(classic), **roles}), identity)
+        for roles in ({}, {"heldout": False}, {"validation": True}, {"train": False})
+    }
+    assert len(scored_roles) == 4  # on a suite that has every role, each choice is a key
 
 
 def test_gpu_hosts_are_told_apart_by_model_and_driver(tmp_path, monkeypatch):

@@ -112,7 +112,7 @@ def test_evaluate_or_reuse_trains_only_what_the_archive_has_not_scored(tmp_path)
         key = archive.candidate(earlier)["eval_key"]
         scored = evaluate_or_reuse(archive, evaluate, [OTHER, PPO, OTHER], key)
         other_key = eval_settings_key(
-            "drift", teacher_settings(teacher(), heldout=True), evaluation_identity()
+            "drift", teacher_settings(teacher(), short_run_threshold=0.9), evaluation_identity()
         )
         assert archived_score(archive, PPO, other_key) is None  # another protocol: no reuse
         own_run = archive.candidate(earlier)["run_id"]

@@ -14,6 +14,7 @@ import dataclasses
 import hashlib
 from typing import Any, Mapping
 
+from metarl.evaluation.settings import CascadeSettings, plan_runs
 from metarl.platform import evaluation_key
 from metarl.rl.suites import get_suite
 
@@ -51,12 +52,24 @@ def eval_settings_key(task: str, settings: Any, identity: Mapping[str, Any]) -> 
         ValueError: `identity` is not a whole evaluation identity.
     """
     fields = dataclasses.asdict(settings) if dataclasses.is_dataclass(settings) else dict(settings)
+    known = set(defaults())
+    whole = CascadeSettings(**{**defaults(), **{k: v for k, v in fields.items() if k in known}})
     for volatile in (*LIMIT_FIELDS, "seed_pool", "probe_seed"):
         fields.pop(volatile, None)
     fields["seeds_pinned"] = bool(fields.get("seed_values"))
     if isinstance(fields.get("suite"), str):  # the suite's environments by role, not its name
         fields["suite_roles"] = get_suite(fields["suite"]).roles()
+        # which roles are scored, as the plan has them: asking for a role the suite does not
+        # have (validation on `smoke`) changes no score, so it changes no key
+        for asked in ("train", "validation", "heldout"):
+            fields.pop(asked, None)
+        fields["scored_roles"] = sorted({entry.role for entry in plan_runs(whole)})
     return evaluation_key({"task": task, "settings": fields}, identity, 16)
+
+
+def defaults() -> dict:
+    """CascadeSettings' fields at their defaults (a stored settings dict may lack newer ones)."""
+    return dataclasses.asdict(CascadeSettings())
 
 
 def suite_config_hash(suite_name: str, timesteps: int | None) -> str:

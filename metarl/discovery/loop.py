@@ -139,12 +139,16 @@ class DiscoveryLoop:
     def _start(self) -> None:
         self.book.restore_proposer()
         self.run_id, self.state = self.book.run_id, self.book.state
-        if self.state.seed_pool is None and self.config.seed_values is None:
+        if self.config.seed_values is None:
             cfg = self.config
             # a candidate's selection seeds, its validation rounds and its test measurement
             # never share a seed: the pool holds all three
             counts = [cfg.seeds] + [cfg.race_seeds, cfg.confirm_seeds] * cfg.confirm
-            self.state.seed_pool = list(draw_pool(pool_size(sum(counts))))
+            size = pool_size(sum(counts))
+            pool = list(self.state.seed_pool or [])
+            if len(pool) < size:  # new, or a run from before races: more values, same secret
+                extra = [v for v in draw_pool(2 * size) if v not in set(pool)]
+                self.state.seed_pool = pool + extra[: size - len(pool)]
         self.rows = records.RowMaker(
             self.run_id, self.task.name, self.config, self.versions, self.device
         )

@@ -9,9 +9,11 @@ one child per generation).
             at a time (the cascade also rejects behavioural duplicates by fingerprint)
         archive each child in slot order: candidate + evaluations + LLM calls + messages + the
             run's state, in one transaction
-        end of generation: children join their islands; a child that beats the incumbent is
-            re-evaluated on more seeds (a batch of one) before it may displace it; truncation;
-            migration
+        end of generation: children join their islands; the child with the best training
+            score above the incumbent's races it on the suite's validation envs, on fresh
+            seeds, round by round (`_race`), and displaces it only when significantly better;
+            a new incumbent's test envs are then re-measured on fresh seeds (reported, never
+            read); truncation; migration
 
 Exact resume. The run's state (state.py, `runs.state`) holds the generation counter, the islands,
 the numpy RNG state, the proposer's state, the budget spent, and the current generation's

@@ -1,6 +1,7 @@
 """What the discovery loop hands the evaluator and the archive: the cascade settings of each
-purpose (children, seed programs, validation rounds, test measurements), the key under which evaluations may be shared,
-the candidate rows, the LLM-call records and the events the live display reads."""
+purpose (children, seed programs, validation rounds, test measurements), the key under which
+evaluations may be shared, the candidate rows, the LLM-call records and the events the live
+display reads."""
 
 from __future__ import annotations
 

@@ -60,6 +60,14 @@ CONFIRMATION_COLUMNS = (
 )
 
 
+def _insert_evaluations(
+    db: Database, outcome: Outcome, candidate_id: str, run_id: str | None, purpose: str
+) -> None:
+    """The outcome's `evaluations` rows (one per env scored), in the caller's transaction."""
+    for record in evaluation_rows(outcome, candidate_id, run_id, purpose):
+        db["evaluations"].insert(encode_row("evaluations", record))
+
+
 class ArchiveError(MetarlError):
     """A problem the user can fix (missing file, unknown run or candidate); one clear line."""
 
@@ -275,8 +283,7 @@ class Archive:
                 row["latency_s"] = sum_known(c.get("latency_s") for c in calls)
             if outcome is not None:
                 row.update(outcome_columns(outcome))
-                for record in evaluation_rows(outcome, row["id"], row.get("run_id"), "selection"):
-                    db["evaluations"].insert(encode_row("evaluations", record))
+                _insert_evaluations(db, outcome, row["id"], row.get("run_id"), "selection")
             db["candidates"].insert(encode_row("candidates", row))
             for position, parent in enumerate(row.get("parent_ids") or []):
                 db["parents"].insert(
@@ -323,8 +330,7 @@ class Archive:
         """An elite re-evaluated on more seeds: its confirmed scores and evaluations."""
         seeds = sorted({s for e in outcome.env_scores for s in e.seeds})
         with self.transaction() as db:
-            for record in evaluation_rows(outcome, candidate_id, run_id, "confirm"):
-                db["evaluations"].insert(encode_row("evaluations", record))
+            _insert_evaluations(db, outcome, candidate_id, run_id, "confirm")
             db["candidates"].update(
                 candidate_id,
                 encode_row(
@@ -365,8 +371,7 @@ class Archive:
             The validation score over all rounds (None when no round scored every env).
         """
         with self.transaction() as db:
-            for record in evaluation_rows(outcome, candidate_id, run_id, "validation"):
-                db["evaluations"].insert(encode_row("evaluations", record))
+            _insert_evaluations(db, outcome, candidate_id, run_id, "validation")
             rows = self.role_evaluations(candidate_id, "validation")
             estimate = summarise(role_matrix(rows, envs, aggregation))
             seeds = sorted({int(s) for row in rows for s in row["seeds"]})
@@ -399,8 +404,7 @@ class Archive:
         seeds = sorted({s for e in outcome.env_scores for s in e.seeds})
         low, high = outcome.heldout_ci if outcome.passed and outcome.heldout_ci else (None, None)
         with self.transaction() as db:
-            for record in evaluation_rows(outcome, candidate_id, run_id, "final"):
-                db["evaluations"].insert(encode_row("evaluations", record))
+            _insert_evaluations(db, outcome, candidate_id, run_id, "final")
             db["candidates"].update(
                 candidate_id,
                 encode_row(

@@ -97,6 +97,22 @@ def _gap_text(point: GapPoint, runs: int) -> str:
     )
 
 
+def _overlay(fig: go.Figure, points: list, name: str, marker: dict, **hover) -> None:
+    """Mark `points` of the train-vs-test scatter again with `marker` (seeds, the worse, the
+    incumbent), as one marker-only trace; nothing when there are none."""
+    if points:
+        fig.add_trace(
+            go.Scatter(
+                x=[p.train for p in points],
+                y=[p.test for p in points],
+                mode="markers",
+                name=name,
+                marker=marker,
+                **hover,
+            )
+        )
+
+
 def generalisation_gap(runs: list[Generalisation], limit: int) -> tuple[go.Figure, int]:
     """Every scored candidate's train score (x) against its test score (y), with their 95%
     intervals as error bars: the diagonal y = x (no gap), the baseline on each axis (x = 1,
@@ -150,61 +166,44 @@ def generalisation_gap(runs: list[Generalisation], limit: int) -> tuple[go.Figur
             )
         )
     seeds = [p for p in drawn if p.is_seed]
-    if seeds:
-        fig.add_trace(
-            go.Scatter(
-                x=[p.train for p in seeds],
-                y=[p.test for p in seeds],
-                mode="markers",
-                name="seed program",
-                marker={
-                    "symbol": "square-open",
-                    "size": 14,
-                    "color": BASELINE_COLOUR,
-                    "line": {"width": 1.5},
-                },
-                hoverinfo="skip",
-            )
-        )
+    _overlay(
+        fig,
+        seeds,
+        "seed program",
+        {"symbol": "square-open", "size": 14, "color": BASELINE_COLOUR, "line": {"width": 1.5}},
+        hoverinfo="skip",
+    )
     worse = [p for p in drawn if p.worse]
-    if worse:
-        fig.add_trace(
-            go.Scatter(
-                x=[p.train for p in worse],
-                y=[p.test for p in worse],
-                mode="markers",
-                name="test interval below the baseline",
-                marker={
-                    "symbol": "x-thin-open",
-                    "size": 16,
-                    "color": WORSE_COLOUR,
-                    "line": {"width": 3, "color": WORSE_COLOUR},
-                },
-                text=[p.id for p in worse],
-                hovertemplate="%{text}: test %{y:.3f}, significantly worse than the baseline"
-                "<extra></extra>",
-            )
-        )
+    _overlay(
+        fig,
+        worse,
+        "test interval below the baseline",
+        {
+            "symbol": "x-thin-open",
+            "size": 16,
+            "color": WORSE_COLOUR,
+            "line": {"width": 3, "color": WORSE_COLOUR},
+        },
+        text=[p.id for p in worse],
+        hovertemplate="%{text}: test %{y:.3f}, significantly worse than the baseline"
+        "<extra></extra>",
+    )
     best = [p for p in drawn if p.is_incumbent]
-    if best:
-        fig.add_trace(
-            go.Scatter(
-                x=[p.train for p in best],
-                y=[p.test for p in best],
-                mode="markers",
-                name="incumbent" if len(runs) == 1 else "each run's incumbent",
-                marker={
-                    "symbol": "star",
-                    "size": 17,
-                    "color": [colour_of[getattr(p, key)] for p in best]
-                    if len(runs) > 1
-                    else INCUMBENT_COLOUR,
-                    "line": {"color": BASELINE_COLOUR, "width": 1.5},
-                },
-                text=[p.id for p in best],
-                hovertemplate="incumbent %{text}<br>train %{x:.3f}<br>test %{y:.3f}<extra></extra>",
-            )
-        )
+    _overlay(
+        fig,
+        best,
+        "incumbent" if len(runs) == 1 else "each run's incumbent",
+        {
+            "symbol": "star",
+            "size": 17,
+            "color": [colour_of[getattr(p, key)] for p in best]
+            if len(runs) > 1
+            else INCUMBENT_COLOUR,
+            "line": {"color": BASELINE_COLOUR, "width": 1.5},
+        },
+        text=[p.id for p in best],
+        hovertemplate="incumbent %{text}<br>train %{x:.3f}<br>test %{y:.3f}<extra></extra>",
+    )
     ends = [BASELINE, 0.0]
     for p in drawn:
         ends += [p.train, p.test, *(p.train_ci or []), *(p.test_ci or [])]

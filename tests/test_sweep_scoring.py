@@ -136,3 +136,36 @@ def test_the_sweeps_baseline_is_ppo_at_each_rate(metarl_cache):
     assert lpo.fitness == pytest.approx(
         max((s.mean - s.random_mean) / (baselines[best] - s.random_mean) for s in lpo.env_scores)
     )
+
+
+def test_a_validation_round_of_a_swept_env_combines_its_rates_as_its_score_does():
+    from metarl.evaluation.roles import comparable, role_table
+
+    rates, baselines = (1e-4, 3e-4, 1e-3), (30.0, 50.0, 40.0)
+    rows = [
+        dict(
+            env="Catch-bsuite",
+            lr=lr,
+            seeds=[5, 6],
+            returns=returns,
+            baseline_mean=b,
+            random_mean=0.0,
+        )
+        for lr, returns, b in zip(rates, ([10.0, 30.0], [55.0, 65.0], [40.0, 50.0]), baselines)
+    ]
+    for aggregation in ("best", "mean"):
+        scores = swept("Catch-bsuite", rates, (20.0, 60.0, 45.0), baselines, role="validation")
+        outcome = Outcome(passed=True, stage="full", env_scores=scores)
+        score_roles(outcome, aggregation)
+        matrix, columns = role_table(rows, ["Catch-bsuite"], aggregation)
+        assert columns == ["Catch-bsuite"] and matrix.shape == (2, 1)
+        assert float(matrix.mean()) == pytest.approx(outcome.validation)
+    # an env one candidate never had defined is left out of both sides of a comparison
+    undefined = [dict(r, env="Breakout-MinAtar", baseline_mean=0.0) for r in rows]
+    one = role_table(rows + undefined, ["Catch-bsuite", "Breakout-MinAtar"])
+    other = role_table(
+        rows + [dict(r, env="Breakout-MinAtar") for r in rows], ["Catch-bsuite", "Breakout-MinAtar"]
+    )
+    assert one[1] == ["Catch-bsuite"] and other[1] == ["Catch-bsuite", "Breakout-MinAtar"]
+    a, b = comparable(one, other)
+    assert a.shape == b.shape == (2, 1)

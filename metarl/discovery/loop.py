@@ -340,13 +340,14 @@ class DiscoveryLoop:
         """
         cap = int(self.config.race_seeds)
         while True:
-            matrices = {cid: self._validation(cid) for cid in (incumbent, challenger)}
-            runs = {cid: 0 if m is None else m.shape[0] for cid, m in matrices.items()}
+            tables = {cid: self._validation(cid) for cid in (incumbent, challenger)}
+            runs = {cid: 0 if m is None else m.shape[0] for cid, (m, _) in tables.items()}
             enough = int(self.config.confirm_seeds)
             if runs[incumbent] >= enough and runs[challenger] >= enough:
-                decision = statistics.race(
-                    matrices[incumbent], {challenger: matrices[challenger]}, max_runs=cap
-                )
+                paired = roles.comparable(tables[incumbent], tables[challenger])
+                if paired is None:  # no env both define: nothing to compare on
+                    return False
+                decision = statistics.race(paired[0], {challenger: paired[1]}, max_runs=cap)
                 verdict = decision.verdicts[challenger]
                 poi = decision.poi[challenger]
                 self._emit_race(challenger, incumbent, verdict, poi, runs[challenger])
@@ -426,9 +427,9 @@ class DiscoveryLoop:
         return (None, chosen) if counted else (repr(chosen), 1.0)
 
     def _validation(self, cid: str):
-        """The candidate's validation score matrix (runs x envs) so far, or None."""
+        """The candidate's validation table so far: (runs x envs matrix or None, its envs)."""
         rows = self.archive.role_evaluations(cid, "validation")
-        return roles.role_matrix(rows, self._validation_envs(), self.config.lr_aggregation)
+        return roles.role_table(rows, self._validation_envs(), self.config.lr_aggregation)
 
     def _validation_envs(self) -> list[str]:
         """The envs a validation round scores: the suite's validation envs, or its training

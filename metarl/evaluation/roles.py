@@ -54,36 +54,35 @@ def env_per_seed(runs: Sequence[RateRun], aggregation: str = "best") -> np.ndarr
     return max(per_rate, key=lambda values: float(np.mean(values)))
 
 
-def role_matrix(
+def role_table(
     rows: Sequence[Mapping], envs: Sequence[str], aggregation: str = "best"
-) -> np.ndarray | None:
-    """The (runs x envs) per-seed normalised scores of a candidate's evaluation rows.
+) -> tuple[np.ndarray | None, list[str]]:
+    """The (runs x envs) per-seed normalised scores of a candidate's evaluation rows, and the
+    envs its columns are.
 
     Args:
         rows: decoded `evaluations` rows of one candidate and role, full stage (env, seeds,
-            returns, baseline_mean, random_mean), in the order they were written.
-        envs: the role's environments, in the suite's order (the matrix's columns).
+            returns, baseline_mean, random_mean; several per env and round when learning
+            rates were swept), in the order they were written.
+        envs: the role's environments, in the suite's order.
         aggregation: how a swept env's rates combine (`env_per_seed`).
 
     Returns:
-        The matrix (columns: the envs defined in every round), or None when no round covers
-        every env or no env is defined.
+        (the matrix, its columns: the envs defined in every round), or (None, []) when no
+        round covers every env or no env is defined.
     """
-    rounds: dict[tuple[int, ...], dict[str, Mapping]] = {}
+    rounds: dict[tuple[int, ...], dict[str, list[RateRun]]] = {}
     for row in rows:
-        rounds.setdefault(tuple(int(s) for s in row["seeds"]), {})[row["env"]] = row
+        run = (row["returns"], row.get("baseline_mean"), row.get("random_mean"))
+        by_env = rounds.setdefault(tuple(int(s) for s in row["seeds"]), {})
+        by_env.setdefault(row["env"], []).append(run)
     blocks, defined = [], set(envs)
     for by_env in rounds.values():
         if not set(envs) <= set(by_env):
             continue  # an interrupted round: not every env was scored
         block = {}
         for env in envs:
-            row = by_env[env]
-            values = None
-            if row.get("baseline_mean") is not None and row.get("random_mean") is not None:
-                values = per_seed_normalised(
-                    row["returns"], row["random_mean"], row["baseline_mean"]
-                )
+            values = env_per_seed(by_env[env], aggregation)
             if values is None:
                 defined.discard(env)
             else:
@@ -91,8 +90,29 @@ def role_matrix(
         blocks.append(block)
     columns = [env for env in envs if env in defined]
     if not blocks or not columns:
+        return None, []
+    matrix = np.concatenate([np.stack([b[e] for e in columns], axis=1) for b in blocks], axis=0)
+    return matrix, columns
+
+
+def role_matrix(
+    rows: Sequence[Mapping], envs: Sequence[str], aggregation: str = "best"
+) -> np.ndarray | None:
+    """`role_table`'s matrix alone."""
+    return role_table(rows, envs, aggregation)[0]
+
+
+def comparable(
+    first: tuple[np.ndarray | None, list[str]], second: tuple[np.ndarray | None, list[str]]
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """Two role tables restricted to the envs both define (a paired comparison needs the same
+    columns: an env undefined in one candidate's earlier round leaves both); None without any."""
+    (a, columns_a), (b, columns_b) = first, second
+    common = [env for env in columns_a if env in columns_b]
+    if a is None or b is None or not common:
         return None
-    return np.concatenate([np.stack([b[e] for e in columns], axis=1) for b in blocks], axis=0)
+    pick = lambda matrix, columns: matrix[:, [columns.index(env) for env in common]]  # noqa: E731
+    return pick(a, columns_a), pick(b, columns_b)
 
 
 def summarise(matrix: np.ndarray | None) -> Estimate | None:

@@ -168,8 +168,21 @@ def outcome_columns(outcome: Outcome) -> dict:
         eval_s = timings["total"]
     # the training seed values it was scored on, once it trained (pinned ones are in the row)
     seeds = {"seeds": outcome.env_scores[0].seeds} if outcome.env_scores else {}
+    # an outcome that scored the validation role itself (an ES export, evaluated on every
+    # role at once) fills the validation columns a discovery run's races fill later
+    validation = {}
+    if outcome.passed and outcome.validation is not None:
+        low, high = outcome.validation_ci or (None, None)
+        scored = [s for s in outcome.env_scores if s.role == "validation"]
+        validation = {
+            "validation": outcome.validation,
+            "validation_low": low,
+            "validation_high": high,
+            "validation_seeds": list(scored[0].seeds) if scored else None,
+        }
     return {
         **seeds,
+        **validation,
         "status": status,
         "stage": outcome.stage,
         "reason": outcome.reason,
@@ -228,6 +241,7 @@ def evaluation_rows(
                 "curve_steps": steps,
                 "curve": curve,
                 "curve_std": spread or None,
+                "positive_value_loss": env.positive_value_loss,
                 "compile_s": env.compile_s,
                 "run_s": env.run_s,
                 "steps_per_s": env.steps_per_s,

@@ -56,9 +56,13 @@ def eval_settings_key(task: str, settings: Any, identity: Mapping[str, Any]) -> 
     whole = CascadeSettings(**{**defaults(), **{k: v for k, v in fields.items() if k in known}})
     for volatile in (*LIMIT_FIELDS, "seed_pool", "probe_seed"):
         fields.pop(volatile, None)
+    if not fields.get("train_envs"):  # keys from before curricula stay as they were
+        fields.pop("train_envs", None)
     fields["seeds_pinned"] = bool(fields.get("seed_values"))
     if isinstance(fields.get("suite"), str):  # the suite's environments by role, not its name
         fields["suite_roles"] = get_suite(fields["suite"]).roles()
+        if fields.get("train_envs"):  # a curriculum's draw replaces the train role
+            fields["suite_roles"]["train"] = list(fields["train_envs"])
         # which roles are scored, as the plan has them: asking for a role the suite does not
         # have (validation on `smoke`) changes no score, so it changes no key
         for asked in ("train", "validation", "heldout"):

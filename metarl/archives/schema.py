@@ -26,7 +26,8 @@ Version 2 adds the 95% bootstrap intervals over training seeds: `candidates.fitn
 -> score normalised against that source's published PPO return). Version 3 adds each run's and
 candidate's `method` and the candidate's method `meta`; version 4 `evaluations.curve_std`;
 version 5 marks the evaluation keys written before the single evaluation identity (`_v5`);
-version 6 adds the validation role (`_v6`) and the run's evaluation protocol.
+version 6 adds the validation role (`_v6`) and the run's evaluation protocol; version 7
+`evaluations.positive_value_loss` (`_v7`).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from typing import Callable
 
 from sqlite_utils import Database
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 
 def _v1(db: Database) -> None:
@@ -313,6 +314,14 @@ def _v6(db: Database) -> None:
     _add_columns(db, "runs", {"protocol": str})
 
 
+def _v7(db: Database) -> None:
+    """Each evaluation's positive value loss (Prioritized Level Replay, Jiang et al. 2021): the
+    mean over seeds of mean max(GAE advantage, 0) over the run's last 10% of updates, how much
+    the candidate still had to learn on that environment, which a curriculum ranks levels by;
+    NULL for evaluations written before it was recorded."""
+    _add_columns(db, "evaluations", {"positive_value_loss": float})
+
+
 # MIGRATIONS[i] takes an archive from version i to version i + 1. Append only; never drop.
-MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3, _v4, _v5, _v6]
+MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7]
 assert len(MIGRATIONS) == SCHEMA_VERSION

@@ -22,7 +22,8 @@ from metarl.blackbox.families import FAMILIES
 from metarl.errors import USAGE, MetarlError
 from metarl.evaluation.seeds import SeedError, parse_seed_values
 from metarl.evaluation.settings import CascadeSettings, SandboxLimits
-from metarl.rl.suites import UnknownSuite, get_suite
+from metarl.rl.curriculum import CURRICULA
+from metarl.rl.suites import SUITES, UnknownSuite, get_suite
 
 
 class ESConfigError(MetarlError, ValueError):
@@ -34,6 +35,30 @@ class ESConfigError(MetarlError, ValueError):
 # options a resume may change
 BUDGETS = ("generations", "max_time", "timeout", "memory_mb", "unsafe_no_sandbox")
 
+# the Learned Policy Gradient task (blackbox/lpg_es.py): its network is searched by the ES on
+# level distributions, with a curriculum
+LPG_TASK = "lpg"
+# options only an LPG run reads (left out of other runs' hashes, so their resumes still match)
+LPG_OPTIONS = (
+    "curriculum",
+    "buffer_size",
+    "replay_prob",
+    "staleness",
+    "lifetime_conditioning",
+    "env_workers",
+    "eval_updates",
+)
+
+# (sigma, sigma_decay, sigma_floor, lr, lr_decay, lr_floor) per task. drift and optimizer:
+# Goldie et al.'s black-box LPO. lpg: GROOVE's LPG-ES with its published correction
+# (learning rate 1e-2, sigma 1e-1, no sigma decay; lr x0.999 per generation down to 1e-5).
+ES_SCHEDULES = {
+    "drift": (0.03, 0.99, 0.01, 0.03, 0.99, 0.001),
+    "optimizer": (0.03, 0.99, 0.01, 0.03, 0.99, 0.001),
+    LPG_TASK: (0.1, 1.0, 0.1, 0.01, 0.999, 1e-5),
+}
+SCHEDULE_FIELDS = ("sigma", "sigma_decay", "sigma_floor", "lr", "lr_decay", "lr_floor")
+
 
 @dataclass
 class ESConfig:
@@ -42,13 +67,15 @@ class ESConfig:
     # the ES (paper defaults)
     population: int = 64  # members per generation (even: antithetic pairs)
     generations: int = 20
-    hidden: int | None = None  # the meta-network's width; None: the task's (LPO 128, OPEN-lite 16)
-    sigma: float = 0.03
-    sigma_decay: float = 0.99
-    sigma_floor: float = 0.01
-    lr: float = 0.03
-    lr_decay: float = 0.99
-    lr_floor: float = 0.001
+    # the meta-network's width; None: the task's (LPO 128, OPEN-lite 16, LPG's GRU 32)
+    hidden: int | None = None
+    # None: the task's schedule (ES_SCHEDULES)
+    sigma: float | None = None
+    sigma_decay: float | None = None
+    sigma_floor: float | None = None
+    lr: float | None = None
+    lr_decay: float | None = None
+    lr_floor: float | None = None
     beta1: float = 0.99
     member_seeds: int = 2  # training runs per member per generation (fresh each generation)
     rng_seed: int = 0  # seeds the search: sampling, training keys
@@ -63,6 +90,14 @@ class ESConfig:
     timeout: float = SandboxLimits.timeout_s
     memory_mb: int = SandboxLimits.memory_mb
     unsafe_no_sandbox: bool = False
+    # the LPG task (LPG_OPTIONS)
+    curriculum: str = "uniform"  # uniform | plr | groove (rl/curriculum.py)
+    buffer_size: int = 256  # levels the curriculum's buffer holds (GROOVE: 4000)
+    replay_prob: float = 0.5  # chance a generation replays buffered levels
+    staleness: float = 0.3  # PLR's staleness coefficient
+    lifetime_conditioning: bool = False  # TA-LPG: the network reads t/lifetime and log lifetime
+    env_workers: int = 16  # environments per agent (GROOVE: 64)
+    eval_updates: int | None = None  # an export's lifetime on named levels; None: longest drawn
 
     def resolved(self) -> "ESConfig":
         """Checked, with `timesteps` 0 meaning the suite's own budget.
@@ -77,17 +112,22 @@ class ESConfig:
             raise ESConfigError(str(error)) from error
         if config.seed_values is not None:
             config.train_seeds = len(config.seed_values)
-        if config.task not in FAMILIES:
+        if config.task not in FAMILIES and config.task != LPG_TASK:
             raise ESConfigError(
-                f"black-box ES meta-learns the drift (LPO) or optimizer (OPEN-lite) task, "
-                f"not {config.task!r}"
+                f"black-box ES meta-learns the drift (LPO), optimizer (OPEN-lite) or lpg "
+                f"(Learned Policy Gradient) task, not {config.task!r}"
             )
         if config.hidden is None:
-            config.hidden = FAMILIES[config.task].default_hidden
+            config.hidden = 32 if config.task == LPG_TASK else FAMILIES[config.task].default_hidden
+        for name, default in zip(SCHEDULE_FIELDS, ES_SCHEDULES[config.task]):
+            if getattr(config, name) is None:
+                setattr(config, name, default)
         try:
-            get_suite(config.suite)
+            suite = get_suite(config.suite)
         except UnknownSuite as error:
             raise ESConfigError(str(error).strip("'\"")) from error
+        if config.task == LPG_TASK:
+            _check_lpg(config, suite)
         checks = [
             (config.population >= 2 and config.population % 2 == 0, "--population must be even"),
             (config.generations >= 1, "--generations must be at least 1"),
@@ -122,5 +162,31 @@ class ESConfig:
 
     def hash(self) -> str:
         """What defines the search (a resume must match it); budgets and limits may change."""
-        fields = {k: v for k, v in self.to_dict().items() if k not in BUDGETS}
+        skip = BUDGETS if self.task == LPG_TASK else BUDGETS + LPG_OPTIONS
+        fields = {k: v for k, v in self.to_dict().items() if k not in skip}
         return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _check_lpg(config: ESConfig, suite) -> None:
+    """The LPG task's own checks (a grid suite, a known curriculum, sizes).
+
+    Raises:
+        ESConfigError: one line for the user.
+    """
+    distribution = suite.distribution
+    if distribution is None or not distribution.grid:
+        grids = ", ".join(
+            name for name, s in SUITES.items() if s.distribution and s.distribution.grid
+        )
+        raise ESConfigError(f"the lpg task meta-trains on grid levels: --suite {grids}")
+    checks = [
+        (config.curriculum in CURRICULA, f"--curriculum is one of {', '.join(CURRICULA)}"),
+        (config.buffer_size >= 1, "--buffer-size must be at least 1"),
+        (0.0 <= config.replay_prob <= 1.0, "--replay-prob is a probability"),
+        (0.0 <= config.staleness <= 1.0, "--staleness is between 0 and 1"),
+        (config.env_workers >= 1, "--env-workers must be at least 1"),
+        (config.eval_updates is None or config.eval_updates >= 1, "--eval-updates >= 1"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise ESConfigError(message)

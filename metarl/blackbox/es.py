@@ -82,8 +82,15 @@ class Generation(NamedTuple):
     seconds: float
 
 
-def make_strategy(config: ESConfig) -> Open_ES:
-    """evosax's OpenAI-ES with the paper's settings (see blackbox/config.py)."""
+def make_strategy(config: ESConfig, solution: Any = None) -> Open_ES:
+    """evosax's OpenAI-ES with the paper's settings (see blackbox/config.py).
+
+    Args:
+        config: the run's options (resolved).
+        solution: a pytree shaped like the searched parameters; default the task family's
+            zero parameters.
+    """
+    config = config.resolved()  # the task's schedule where the options leave it open
     learning_rate = optax.exponential_decay(
         config.lr, transition_steps=1, decay_rate=config.lr_decay, end_value=config.lr_floor
     )
@@ -95,7 +102,9 @@ def make_strategy(config: ESConfig) -> Open_ES:
     )
     return Open_ES(
         population_size=config.population,
-        solution=FAMILIES[config.task].zero_params(config.hidden),
+        solution=solution
+        if solution is not None
+        else FAMILIES[config.task].zero_params(config.hidden),
         use_antithetic_sampling=True,
         optimizer=optax.adam(learning_rate, b1=config.beta1),
         std_schedule=sigma,
@@ -213,8 +222,11 @@ class ESRunState:
     elapsed_s: float = 0.0
     best_fitness: float | None = None  # best member fitness seen (metadata)
     # per generation: {generation, best, mean, std, sigma, seconds} of the members' ES fitness
-    # (what `metarl report` plots; metadata, never a rank)
+    # (what `metarl report` plots; metadata, never a rank); an LPG run adds its curriculum's
+    # draw and level buffer (blackbox/lpg_es.py)
     history: list = field(default_factory=list)
+    # an LPG run's curriculum (rl/curriculum.py `Curriculum.to_dict`) and reference cache
+    curriculum: dict | None = None
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -267,17 +279,58 @@ class ESRun:
         self.resume_id = resume
         self.emit = on_event or (lambda kind, data: None)
         self.factory = evaluator_factory or (lambda settings: Evaluator(settings, workers=1))
-        self.task = get_task(self.config.task)
-        self.family = FAMILIES[self.config.task]
+        self.task = self._task()
+        self.family = FAMILIES.get(self.config.task)
         self.settings = self.config.cascade_settings()
         self.versions = evaluation_identity()  # what its evaluation keys are built on
         self.device = device_description()
-        self.strategy = make_strategy(self.config)
+        self.strategy = make_strategy(self.config, self.zero_mean())
         self.run_id: str | None = None
         self.state = ESRunState()
         self._start_from: tuple[Any, jax.Array] | None = None  # set by `_open`
         self._session_start = time.monotonic()
         self._elapsed_base = 0.0
+
+    # -- what a family of meta-networks changes (blackbox/lpg_es.py overrides these) -------------
+    def _task(self):
+        return get_task(self.config.task)
+
+    def zero_mean(self) -> Any:
+        """The ES mean a fresh run starts from when no initial mean is given."""
+        return self.family.zero_params(self.config.hidden)
+
+    def check_mean(self, mean: Any) -> None:
+        """Raises ESError when `mean` does not fit this run's network."""
+        if network_width(mean) != self.config.hidden:
+            raise ESError(
+                f"the initial mean has width {network_width(mean)}, not {self.config.hidden}"
+            )
+
+    def network_name(self) -> str:
+        return self.family.network
+
+    def mean_source(self, mean: Any, title: str) -> str:
+        """The ES mean as candidate source (raises ExportError when it cannot be written)."""
+        return self.family.source(mean, title)
+
+    def make_fitness(self, evaluator) -> Callable:
+        """`fitness(keys, population) -> (fitness [pop], details)` for `es_generation`."""
+        self.emit("status", {"text": "training the baselines (cached after the first run)"})
+        try:
+            references = evaluator.references(self.task)
+        except RuntimeError as error:
+            raise ESError(f"the baselines could not be trained: {error}") from error
+        return make_population_fitness(self.config, normalisers_from(references, self.settings))
+
+    def score_export(self, evaluator, code: str, eval_key: str) -> tuple[Outcome, str | None]:
+        """(outcome, id of the archived candidate it was reused from, or None) of an export."""
+        (scored,) = evaluate_or_reuse(
+            self.archive,
+            lambda sources: evaluator.evaluate_batch(sources, self.task),
+            [code],
+            eval_key,
+        )
+        return scored
 
     # -- bookkeeping ----------------------------------------------------------------------------
     def elapsed(self) -> float:
@@ -296,11 +349,9 @@ class ESRun:
         rng, init_key = jax.random.split(fresh_rng)
         mean = self.initial_mean
         if mean is None:
-            mean = self.family.zero_params(self.config.hidden)
-        if network_width(mean) != self.config.hidden:
-            raise ESError(
-                f"the initial mean has width {network_width(mean)}, not {self.config.hidden}"
-            )
+            mean = self.zero_mean()
+        else:
+            self.check_mean(mean)
         es_state = self.strategy.init(init_key, mean, self.strategy.default_params)
         self._start_from = (es_state, rng)
 
@@ -363,14 +414,7 @@ class ESRun:
         status, reason = "finished", "generations done"
         evaluator = self.factory(self.settings)
         try:
-            self.emit("status", {"text": "training the baselines (cached after the first run)"})
-            try:
-                references = evaluator.references(self.task)
-            except RuntimeError as error:
-                raise ESError(f"the baselines could not be trained: {error}") from error
-            fitness_of = make_population_fitness(
-                self.config, normalisers_from(references, self.settings)
-            )
+            fitness_of = self.make_fitness(evaluator)
             params = self.strategy.default_params
             if self._export_due():  # killed between a generation and its export
                 self.export(evaluator, es_state)
@@ -441,9 +485,9 @@ class ESRun:
         generation = self.state.generation
         seq = self.state.exports + 1
         cid = f"{self.run_id}-{seq}"
-        title = f"{self.family.network}: ES mean after generation {generation} of {self.run_id}"
+        title = f"{self.network_name()}: ES mean after generation {generation} of {self.run_id}"
         try:
-            code = self.family.source(self.mean_params(es_state), title)
+            code = self.mean_source(self.mean_params(es_state), title)
         except ExportError as error:
             outcome, code = Outcome.failure("static", str(error)), None
         row = candidate_row(
@@ -472,13 +516,7 @@ class ESRun:
         )
         if code is not None:
             self.emit("status", {"text": f"scoring the ES mean of generation {generation}"})
-            (scored,) = evaluate_or_reuse(
-                self.archive,
-                lambda sources: evaluator.evaluate_batch(sources, self.task),
-                [code],
-                row["eval_key"],
-            )
-            outcome, row["cached_from"] = scored
+            outcome, row["cached_from"] = self.score_export(evaluator, code, row["eval_key"])
         best = self._best_after(cid, outcome)
         self.state.exports = seq
         self.state.last_export = cid

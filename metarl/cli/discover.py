@@ -128,6 +128,16 @@ def discover(
     lr_aggregation: Optional[str] = typer.Option(
         None, "--lr-aggregation", help="A swept env's score: best (DiscoBench) or mean."
     ),
+    curriculum: Optional[str] = typer.Option(
+        None,
+        "--curriculum",
+        help="Draw each generation's training envs from the suite's distribution (grid-small, "
+        "grid-random, cartpole-params): uniform, plr (positive value loss) or groove "
+        "(regret against the baseline).",
+    ),
+    curriculum_levels: Optional[int] = typer.Option(
+        None, "--curriculum-levels", help="Training envs drawn per generation (default: 4)."
+    ),
     protocol: Optional[str] = typer.Option(
         None,
         "--protocol",
@@ -196,6 +206,8 @@ def discover(
 
       metarl discover --lr-sweep 3 --lr-aggregation mean   # robust to the learning rate
 
+      metarl discover --suite grid-small --curriculum groove   # levels drawn by regret
+
       metarl discover --executor ray --ray-address 10.0.0.5:6379 --workers 8
 
       metarl discover --suite smoke --budget 5 --report
@@ -243,6 +255,8 @@ def discover(
         "race_seeds": race_seeds,
         "lr_sweep": lr_sweep,
         "lr_aggregation": lr_aggregation,
+        "curriculum": curriculum,
+        "curriculum_levels": curriculum_levels,
         "protocol": protocol,
         "heldout": heldout,
         "skip_short": skip_short,

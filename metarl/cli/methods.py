@@ -37,7 +37,10 @@ logger = logging.getLogger(__name__)
 
 def es(
     task: Optional[str] = typer.Option(
-        None, "--task", help="What to meta-learn: drift (LPO, default) or optimizer (OPEN-lite)."
+        None,
+        "--task",
+        help="What to meta-learn: drift (LPO, default), optimizer (OPEN-lite) or lpg "
+        "(Learned Policy Gradient, on grid suites).",
     ),
     suite: Optional[str] = typer.Option(None, "--suite", help="Environment suite."),
     population: Optional[int] = typer.Option(None, "--population", help="ES population (even)."),
@@ -71,10 +74,39 @@ def es(
     unsafe_no_sandbox: bool = typer.Option(
         False, "--unsafe-no-sandbox", help="Score exports WITHOUT bubblewrap (trusted code only)."
     ),
+    curriculum: Optional[str] = typer.Option(
+        None,
+        "--curriculum",
+        help="lpg: how each generation's levels are drawn: uniform, plr (replay by an "
+        "actor-critic's positive value loss) or groove (by algorithmic regret).",
+    ),
+    buffer_size: Optional[int] = typer.Option(
+        None, "--buffer-size", help="lpg: levels the curriculum's buffer holds."
+    ),
+    replay_prob: Optional[float] = typer.Option(
+        None, "--replay-prob", help="lpg: chance a generation replays buffered levels."
+    ),
+    lifetime_conditioning: Optional[bool] = typer.Option(
+        None,
+        "--ta-lpg/--no-ta-lpg",
+        help="lpg: condition the network on the agent's lifetime (TA-LPG).",
+    ),
+    env_workers: Optional[int] = typer.Option(
+        None, "--env-workers", help="lpg: environments per agent (GROOVE: 64)."
+    ),
+    eval_updates: Optional[int] = typer.Option(
+        None,
+        "--eval-updates",
+        help="lpg: exports' lifetime on named levels (default: the longest drawn; GROOVE 2500).",
+    ),
     archive: str = archive_option(),
     verbose: bool = verbose_option(),
 ) -> None:
-    """Meta-learn the drift with evolution strategies over the LPO meta-network.
+    """Meta-learn an RL component with evolution strategies over a meta-network.
+
+    Tasks: drift (the LPO meta-network; zero weights are PPO-clip), optimizer (OPEN-lite;
+    zero weights are Adam), lpg (the Learned Policy Gradient network, meta-trained on random
+    grid levels drawn by a curriculum, GROOVE's LPG-ES).
 
     evosax's OpenAI-ES searches the network's weights; every few generations the ES mean is
     exported as candidate source, scored by the cascade and archived (method es).
@@ -89,11 +121,15 @@ def es(
       metarl es --population 16 --generations 10 --max-time 1h
 
       metarl es --resume r4 --generations 20
+
+      metarl es --task lpg --suite grid-random --curriculum groove --population 16
     """
     # lazy: the ES imports jax and evosax; `metarl --help` stays fast
     from metarl.archives.queries import leaderboard
     from metarl.archives.store import Archive
+    from metarl.blackbox.config import LPG_TASK
     from metarl.blackbox.es import ESRun
+    from metarl.blackbox.lpg_es import LPGRun
 
     log_to_stderr(verbose)
     chosen = {
@@ -108,6 +144,12 @@ def es(
         "export_every": export_every,
         "rng_seed": rng_seed,
         "heldout": heldout,
+        "curriculum": curriculum,
+        "buffer_size": buffer_size,
+        "replay_prob": replay_prob,
+        "lifetime_conditioning": lifetime_conditioning,
+        "env_workers": env_workers,
+        "eval_updates": eval_updates,
     }
     budgets = {"generations": generations, "unsafe_no_sandbox": unsafe_no_sandbox or None}
     if max_time is not None:  # "none" lifts the limit: None is a value here
@@ -115,7 +157,8 @@ def es(
     config = _es_config(archive, resume, chosen, budgets)
     with Archive(archive, must_exist=bool(resume)) as store:
         with _ESProgress(config.generations) as view:
-            run = ESRun(config, store, resume=resume, on_event=view)
+            method = LPGRun if config.task == LPG_TASK else ESRun
+            run = method(config, store, resume=resume, on_event=view)
             previous = sigterm_as_interrupt()
             start = time.monotonic()
             try:

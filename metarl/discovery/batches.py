@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 from typing import Any, Callable
 
 from metarl.discovery import records
@@ -61,15 +62,27 @@ class Batches:
         self.pool = DaemonPool(1)
         self.seed_pool: list[int] | None = None  # the run's secret training-seed pool
 
-    def evaluator(self, purpose: str, final_rate: tuple[str | None, float] = (None, 1.0)):
+    def evaluator(
+        self,
+        purpose: str,
+        final_rate: tuple[str | None, float] = (None, 1.0),
+        train_envs: list[str] | None = None,
+    ):
         """The evaluator of `purpose` (started on first use); a "final" one per learning rate
-        (`records.cascade_settings`' `final_rate`)."""
+        (`records.cascade_settings`' `final_rate`); a "child" one per curriculum draw
+        (`train_envs`: the previous draw's evaluator is closed first)."""
         name = purpose if final_rate == (None, 1.0) else f"{purpose}@{final_rate!r}"
+        if train_envs:
+            name = f"{purpose}#{'|'.join(train_envs)}"
+            for old in [n for n in self.evaluators if n.startswith(f"{purpose}#") and n != name]:
+                self.evaluators.pop(old).close()
         if name not in self.evaluators:
             if purpose == "child":
                 self.emit("status", {"text": "starting sandbox workers"})
             workers = 1 if purpose in ("confirm", "final") else self.config.workers
-            settings = records.cascade_settings(self.config, purpose, self.seed_pool, final_rate)
+            settings = records.cascade_settings(
+                self.config, purpose, self.seed_pool, final_rate, train_envs
+            )
             self.evaluators[name] = self.factory(settings, workers)
         return self.evaluators[name]
 
@@ -80,15 +93,17 @@ class Batches:
         known: dict[str, str] | None = None,
         exclude_seeds: list[int] | None = None,
         final_rate: tuple[str | None, float] = (None, 1.0),
+        train_envs: list[str] | None = None,
     ) -> list[Outcome]:
         """The Outcomes of the programs (`code`) of candidate rows `rows`, in order, in one
         batch; `known` maps behaviour fingerprints to the candidates that have them;
         `exclude_seeds`: training seeds the batch must not draw (a confirmation's);
-        `final_rate`: the learning rate of a "final" measurement (`records.cascade_settings`)."""
+        `final_rate`: the learning rate of a "final" measurement (`records.cascade_settings`);
+        `train_envs`: a curriculum's draw (the training envs of a "child" batch)."""
         if not rows:
             return []
         self.check()
-        evaluator = self.evaluator(purpose, final_rate)
+        evaluator = self.evaluator(purpose, final_rate, train_envs)
         for row in rows if SHOWN[purpose] else []:
             self.emit("submitted", {k: row[k] for k in SHOWN[purpose]})
         sources = [row["code"] for row in rows]
@@ -111,7 +126,9 @@ class Batches:
         """Close the evaluator of `purpose` (all of them, and the pool, when None)."""
         if purpose is None:
             self.pool.shutdown()
-        names = [n for n in self.evaluators if n.split("@")[0] == purpose] if purpose else None
+        names = (
+            [n for n in self.evaluators if re.split("[@#]", n)[0] == purpose] if purpose else None
+        )
         for name in names if purpose else list(self.evaluators):
             evaluator = self.evaluators.pop(name, None)
             if evaluator is None:

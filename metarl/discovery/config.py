@@ -39,7 +39,8 @@ from metarl.evaluation.protocols import UnknownProtocol, get_protocol
 from metarl.evaluation.seeds import SeedError, parse_seed_values
 from metarl.evaluation.settings import CascadeSettings, validate_rates
 from metarl.evaluation.text import redact_config
-from metarl.rl.suites import UnknownSuite, get_suite
+from metarl.rl.curriculum import CURRICULA
+from metarl.rl.suites import SUITES, UnknownSuite, get_suite
 from metarl.tasks import UnknownTask, get_task
 
 
@@ -100,6 +101,12 @@ class DiscoverConfig:
     # measured at the one rate the validation rounds chose
     lr_sweep: str | None = None
     lr_aggregation: str = CascadeSettings.lr_aggregation
+    # draw each generation's training environments from the suite's distribution by a
+    # curriculum (rl/curriculum.py: uniform | plr | groove) instead of the suite's fixed ones;
+    # None: fixed. `curriculum_levels` per generation (default: as many as the suite lists).
+    curriculum: str | None = None
+    curriculum_levels: int | None = None
+    curriculum_buffer: int = 64
     dedup_retries: int = 3  # re-proposals when a proposal repeats an archived program
     # LLM proposer (forwarded to build_llm_proposer by the proposer registry)
     models: list[str] = field(default_factory=list)
@@ -198,6 +205,8 @@ class DiscoverConfig:
             validate_rates(out.lr_sweep, out.lr_aggregation)
         except ValueError as error:
             raise ConfigError(str(error)) from None
+        if out.curriculum is not None:
+            _check_curriculum(out, suite)
         if out.race_seeds < max(2, out.confirm_seeds):
             raise ConfigError(
                 f"race_seeds is {out.race_seeds}: at least confirm_seeds ({out.confirm_seeds}) "
@@ -307,3 +316,23 @@ def load_config_file(path: str | Path) -> dict:
             raise ConfigError(f"config file {path}: unknown option {key!r}{hint}")
         out[name] = _check_type(name, value)
     return out
+
+
+def _check_curriculum(config: DiscoverConfig, suite) -> None:
+    """A curriculum needs a suite of drawn environments and a known kind; fills the default
+    number of levels per generation.
+
+    Raises:
+        ConfigError: one line for the user.
+    """
+    if config.curriculum not in CURRICULA:
+        raise ConfigError(
+            f"--curriculum is one of {', '.join(CURRICULA)}, not {config.curriculum!r}"
+        )
+    if suite.distribution is None:
+        drawn = ", ".join(name for name, s in SUITES.items() if s.distribution is not None)
+        raise ConfigError(f"--curriculum draws environments from a distribution suite: {drawn}")
+    if config.curriculum_levels is None:
+        config.curriculum_levels = len(suite.envs)
+    if config.curriculum_levels < 1 or config.curriculum_buffer < 1:
+        raise ConfigError("--curriculum-levels and the curriculum buffer must be at least 1")

@@ -32,7 +32,7 @@ from typing import Callable
 
 from metarl.archives.reuse import archived_score
 from metarl.archives.store import Archive, ArchiveError, decode_outcome
-from metarl.discovery import planning, records, selection
+from metarl.discovery import curriculum, planning, records, selection
 from metarl.discovery.batches import Batches
 from metarl.discovery.config import DiscoverConfig
 from metarl.discovery.proposers.base import Proposal
@@ -225,6 +225,16 @@ class DiscoveryLoop:
         )
         for slot in plan.slots:
             state.cost_usd += slot.cost_usd
+        if self.config.curriculum:  # this generation's training levels (discovery/curriculum.py)
+            levels = curriculum.curriculum_of(self.config, state.curriculum)
+            draw, plan.train_envs = curriculum.draw_levels(self.config, levels, generation)
+            plan.draw = {
+                "seeds": list(draw.seeds),
+                "replay": draw.replay,
+                "indices": list(draw.indices),
+            }
+            state.curriculum = levels.to_dict()
+            logger.info("generation %d trains on %s", generation, ", ".join(plan.train_envs))
         state.next_seq += len(plan.slots)
         state.planned += count
         state.plan = plan
@@ -232,7 +242,7 @@ class DiscoveryLoop:
 
     def _evaluate_plan(self) -> None:
         plan = self.state.plan
-        settings = records.cascade_settings(self.config, "child")
+        settings = records.cascade_settings(self.config, "child", train_envs=plan.train_envs)
         key = self.rows.key(settings)
         label = getattr(self.proposer, "name", "")
         pending = []  # (slot, row, outcome when it needs no evaluation), in slot order
@@ -242,7 +252,7 @@ class DiscoveryLoop:
                 pending.append((slot, row, self._settled(slot, row, key)))
         rows = [row for _, row, outcome in pending if outcome is None]
         known = self.archive.run_fingerprints(self.run_id) if rows else None
-        outcomes = iter(self.batches.evaluate("child", rows, known))
+        outcomes = iter(self.batches.evaluate("child", rows, known, train_envs=plan.train_envs))
         for slot, row, outcome in pending:
             self._archive_child(row, slot.proposal, next(outcomes) if outcome is None else outcome)
 
@@ -282,6 +292,8 @@ class DiscoveryLoop:
         generation = state.plan.generation
         islands = selection.Islands.from_state(state.islands)
         children = [self.archive.candidate(slot.id) for slot in state.plan.slots]
+        if state.plan.draw is not None:
+            self._score_levels(generation, children)
         for child in children:
             if child["status"] == "passed" and child["fitness"] is not None:
                 islands.add(child["island"] or 0, child["id"])
@@ -298,6 +310,21 @@ class DiscoveryLoop:
         score = self._score(incumbent) if incumbent else None
         data = {"generation": generation, "incumbent": incumbent, "score": score}
         self._emit("generation", {**data, "migrations": moves, "state": self.book.progress()})
+
+    def _score_levels(self, generation: int, children: list[dict]) -> None:
+        """Score the generation's drawn levels from its children and update the curriculum."""
+        state, plan = self.state, self.state.plan
+        history = state.curriculum_history
+        if history and history[-1]["generation"] == generation:  # resumed after scoring them
+            return
+        levels = curriculum.curriculum_of(self.config, state.curriculum)
+        draw = curriculum.draw_from_dict(plan.draw)
+        outcomes = [decode_outcome(child) for child in children]
+        scores = curriculum.level_scores(self.config.curriculum, plan.train_envs, outcomes)
+        levels.update(draw, scores)
+        state.curriculum = levels.to_dict()
+        entry = curriculum.history_entry(generation, draw, plan.train_envs, scores, levels)
+        state.curriculum_history.append(entry)
 
     def _next_incumbent(self, incumbent: str | None, children: list[dict]) -> str | None:
         """The incumbent after a generation.

@@ -23,6 +23,7 @@ def cascade_settings(
     purpose: str,
     seed_pool: list[int] | None = None,
     final_rate: tuple[str | None, float] = (None, 1.0),
+    train_envs: list[str] | None = None,
 ) -> CascadeSettings:
     """The evaluator's settings for `purpose`, one per role of the suite's environments:
 
@@ -33,6 +34,8 @@ def cascade_settings(
     - "final": the incumbent's test envs on fresh seeds, measured after selection, at the
       one learning rate its validation rounds chose: `final_rate` = (a one-rate `lr_sweep`
       for explicit rates, or None; `lr_scale`, the multiplier of each env's tuned rate).
+
+    `train_envs`: a curriculum's draw, the training envs of a "child" batch (rl/curriculum.py).
 
     Training seeds: the config's pinned values (a confirmation's extended past them), or
     drawn per batch from the run's secret `seed_pool` (evaluation/seeds.py)."""
@@ -59,6 +62,7 @@ def cascade_settings(
         # probe inputs: fresh (unpredictable) for drawn seeds; fixed with pinned seeds, so a
         # pinned run is reproducible to the last verdict
         probe_seed=0 if pinned else None,
+        train_envs=list(train_envs) if train_envs and purpose == "child" else None,
         lr_sweep=final_rate[0] if purpose == "final" else config.lr_sweep,
         lr_aggregation=config.lr_aggregation,
         lr_scale=final_rate[1] if purpose == "final" else 1.0,

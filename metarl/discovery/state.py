@@ -69,13 +69,20 @@ class Plan:
     slots: list[Slot]
     # dialogue drained from the proposer while planning; archived with the next child
     messages: list[dict] = field(default_factory=list)
+    # a curriculum's draw for this generation (rl/curriculum.py `Draw` as a dict: seeds,
+    # replay, indices) and the training environments it names; None without a curriculum
+    draw: dict | None = None
+    train_envs: list[str] | None = None
 
     def to_dict(self) -> dict:
-        return {
+        data = {
             "generation": self.generation,
             "slots": [s.to_dict() for s in self.slots],
             "messages": list(self.messages),
         }
+        if self.draw is not None:  # a run without a curriculum keeps the format it had
+            data["draw"], data["train_envs"] = self.draw, self.train_envs
+        return data
 
     @classmethod
     def from_dict(cls, data: dict) -> "Plan":
@@ -83,6 +90,8 @@ class Plan:
             generation=data["generation"],
             slots=[Slot.from_dict(s) for s in data.get("slots") or []],
             messages=list(data.get("messages") or []),
+            draw=data.get("draw"),
+            train_envs=data.get("train_envs"),
         )
 
 
@@ -104,10 +113,16 @@ class RunState:
     # the run's secret pool of training seeds (evaluation/seeds.py): kept here so a resumed run
     # draws from the same pool (and reuses its cached baselines); never shown or prompted
     seed_pool: list[int] | None = None
+    # the curriculum (`Curriculum.to_dict`) and, per generation, what it drew and its buffer
+    # ({generation, replay, levels, scores, buffer: [[seed, score, staleness]...]}; the report)
+    curriculum: dict | None = None
+    curriculum_history: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         data["plan"] = self.plan.to_dict() if self.plan is not None else None
+        if self.curriculum is None:  # a run without a curriculum keeps the format it had
+            del data["curriculum"], data["curriculum_history"]
         return data
 
     @classmethod
@@ -119,4 +134,5 @@ class RunState:
         values = {k: v for k, v in data.items() if k in known}
         values["plan"] = Plan.from_dict(data["plan"]) if data.get("plan") else None
         values["seed_ids"] = list(data.get("seed_ids") or [])
+        values["curriculum_history"] = list(data.get("curriculum_history") or [])
         return cls(**values)

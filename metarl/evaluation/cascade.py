@@ -529,6 +529,7 @@ def _reference(runs: list[dict], random_return: float) -> Reference:
         "final_returns": returns,
         "curve": [float(x) if math.isfinite(x) else None for x in curve],
         "curve_std": [float(x) if math.isfinite(x) else None for x in curve_std],
+        "positive_value_loss": [_seed_value(run, "positive_value_loss") for run in runs],
         "compile_s": max(float(run.get("compile_s", 0.0)) for run in runs),
         "run_s": max(float(run.get("run_s", 0.0)) for run in runs),
     }
@@ -538,6 +539,22 @@ def _reference(runs: list[dict], random_return: float) -> Reference:
         seconds=combined["compile_s"] + combined["run_s"],
         run=combined,
     )
+
+
+def _seed_value(run: dict, name: str) -> float | None:
+    """A one-seed run's per-seed number `name` (its only value), or None when the run has none
+    (a baseline cached before the number was recorded) or it is not finite.
+
+    Args:
+        run: one seed's EnvRun as a dict (a cached baseline run).
+        name: a per-seed list field of EnvRun, e.g. "positive_value_loss".
+
+    Returns:
+        The value as a float, or None.
+    """
+    values = run.get(name) or [None]
+    value = values[0]
+    return float(value) if value is not None and math.isfinite(value) else None
 
 
 def _curve(run: dict, name: str) -> list[float]:

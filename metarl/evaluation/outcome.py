@@ -61,6 +61,11 @@ class EnvScore:
     # the learning rate of this run when the evaluation swept rates (one EnvScore per rate,
     # `normalised` against the baseline at the same rate); None: unswept
     lr: float | None = None
+    # PLR's positive value loss (Jiang et al. 2021): per seed, the mean of max(GAE advantage, 0)
+    # over the last 10% of the run's updates (the window of `returns`), computed by the trusted
+    # trainer (rl/ppo.py); here its mean over seeds. None when a seed's is undefined, and in
+    # archives from before it was recorded.
+    positive_value_loss: float | None = None
 
     def __post_init__(self) -> None:
         if not self.role:  # rows from before roles: held out meant test
@@ -194,6 +199,40 @@ def _numbers(value, what: str, allow_none: bool = False, limit: int = 100_000) -
     return [_number(v, what, allow_none) for v in value]
 
 
+def positive_value_loss_of(value, seeds: int) -> float | None:
+    """The positive value loss an EnvScore records, read strictly from a result message.
+
+    Args:
+        value: either the per-seed values of a trainer's EnvRun (a list of numbers or None,
+            one per seed, or empty when the run predates the number), or the mean an EnvScore
+            already holds (a number or None: the parent re-scoring a parsed score); absent
+            (None) in messages from before it was recorded.
+        seeds: the run's number of seeds (the length a per-seed list must have).
+
+    Returns:
+        The mean over seeds, or None when absent or when any seed's value is None or not
+        finite (undefined, like the mean return of a run with a non-finite return).
+
+    Raises:
+        MalformedResult: a value that is neither, a list of the wrong length, or a negative
+            number (a mean of max(A, 0) never is).
+    """
+    if isinstance(value, list):
+        values = _numbers(value, "positive_value_loss", allow_none=True, limit=max(seeds, 0))
+        if values and len(values) != seeds:
+            raise MalformedResult("positive_value_loss does not have one value per seed")
+        if not values or any(v is None or not math.isfinite(v) for v in values):
+            return None
+    else:
+        number = _number(value, "positive_value_loss", allow_none=True)
+        if number is None or not math.isfinite(number):
+            return None
+        values = [number]
+    if any(v < 0 for v in values):
+        raise MalformedResult("positive_value_loss is negative")
+    return float(np.mean(values))
+
+
 def _interval(value, what: str) -> list[float] | None:
     """None, or [low, high]: two finite numbers in order."""
     if value is None:
@@ -308,7 +347,8 @@ def env_score(
     message and its own cached references, is the one that counts.
 
     Args:
-        run: an EnvRun as a dict (env, seeds, total_timesteps, final_returns, curve, timings).
+        run: an EnvRun as a dict (env, seeds, total_timesteps, final_returns, curve, timings,
+            positive_value_loss: per seed, or its mean; see `positive_value_loss_of`).
         baseline_mean: the baseline program's mean final return on the same config and seeds.
         random_mean: the uniform random policy's mean return on the env.
         role: the env's role in its suite (ROLES): test scores are never used for selection.
@@ -348,6 +388,7 @@ def env_score(
         isinstance(x, int) and not isinstance(x, bool) for x in seeds
     ):
         raise MalformedResult("seeds is not a list of integers")
+    value_loss = positive_value_loss_of(run.get("positive_value_loss"), len(seeds))
     return EnvScore(
         env=run["env"],
         seeds=seeds,
@@ -370,6 +411,7 @@ def env_score(
         stage=stage,
         normalised_ci=list(interval) if interval is not None else None,
         published=published,
+        positive_value_loss=value_loss,
     )
 
 
@@ -429,6 +471,11 @@ def _parse_env_score(data: dict) -> EnvScore:
     if known.get("role", "") not in ("", *ROLES):
         raise MalformedResult("role is not one of " + ", ".join(ROLES))
     known["lr"] = _number(known.get("lr"), "lr", allow_none=True)
+    # a score holds the mean over seeds: a number or None (absent in older messages)
+    value = known.get("positive_value_loss")
+    if isinstance(value, list):
+        raise MalformedResult("positive_value_loss is list, not a number")
+    known["positive_value_loss"] = positive_value_loss_of(value, 1)
     return EnvScore(**known)
 
 

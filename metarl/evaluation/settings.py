@@ -89,6 +89,9 @@ class CascadeSettings:
     # only these environments of the suite (training envs in this order, held-out envs only
     # when listed); None: the whole suite. For benchmarks and debugging, not for selection.
     envs: list[str] | None = None
+    # the training role's environments when a curriculum draws them per generation (drawn
+    # from the suite's distribution, rl/distributions.py); None: the suite's `envs`
+    train_envs: list[str] | None = None
     # Run candidates WITHOUT bubblewrap (rlimits and a network namespace only): candidate code
     # can then read files and the environment of this machine. Only for machines where
     # bubblewrap cannot run, and only with candidates you trust.
@@ -219,7 +222,8 @@ def plan_runs(settings: CascadeSettings) -> list[PlannedRun]:
         scale = float(settings.lr_scale)
         return config if scale == 1.0 else config.replace(lr=config.lr * scale)
 
-    train = [e for e in (chosen or suite.envs) if e in suite.envs] if settings.train else []
+    pool = tuple(settings.train_envs) if settings.train_envs else suite.envs
+    train = [e for e in (chosen or pool) if e in pool] if settings.train else []
     plan = []
     if train and not settings.skip_short:
         full = tuned(train[0])
@@ -266,6 +270,19 @@ def validate(settings: CascadeSettings) -> None:
                 f"({', '.join(suite.envs)}) and only its envs (validation: "
                 f"{', '.join(suite.validation) or 'none'}; test: "
                 f"{', '.join(suite.heldout) or 'none'})"
+            )
+    if settings.train_envs:
+        from metarl.rl.environments import split_variant  # lazy: gymnax, only when needed
+
+        distribution = suite.distribution
+        drawn = distribution is not None and all(
+            split_variant(e)[0] == split_variant(distribution.env(0))[0]
+            for e in settings.train_envs
+        )
+        if not drawn:
+            raise ValueError(
+                f"train_envs are draws of the suite's distribution; suite {suite.name!r} "
+                + ("has none" if distribution is None else f"draws {distribution.base} envs")
             )
     validate_rates(settings.lr_sweep, settings.lr_aggregation)
     if not (math.isfinite(float(settings.lr_scale)) and float(settings.lr_scale) > 0):

@@ -26,7 +26,7 @@ from pygments.lexers import DiffLexer, PythonLexer
 
 from metarl import __version__
 from metarl.archives.store import Archive
-from metarl.report import figures
+from metarl.report import curriculum, figures
 from metarl.report.comparison import Comparison, compare_runs
 from metarl.report.settings import ReportError, ReportSettings
 from metarl.report.story import RunStory, run_story
@@ -87,6 +87,7 @@ def _environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     environment.filters.update(fmt=fmt, fmt_ci=fmt_ci, code=_code)
+    environment.globals.update(score_label=curriculum.score_label)
     return environment
 
 
@@ -98,8 +99,9 @@ def run_figures(story: RunStory, settings: ReportSettings) -> dict:
         settings: how many points a scatter draws at most.
 
     Returns:
-        Section name -> figure; with `drawn` (fitness points drawn) and, when the run has a
-        candidate with a test score, `gap_drawn` (train-vs-test points drawn).
+        Section name -> figure; with `drawn` (fitness points drawn), when the run has a
+        candidate with a test score `gap_drawn` (train-vs-test points drawn), and with a
+        curriculum `curriculum_drawn` (generations drawn).
     """
     prefix = story.header.id
     fitness, drawn = figures.fitness_over_evaluations(story, settings.max_points)
@@ -118,6 +120,11 @@ def run_figures(story: RunStory, settings: ReportSettings) -> dict:
         out["llm"] = _figure(figures.llm_usage(usage), f"{prefix}-llm-plot")
     if story.es_history:
         out["es"] = _figure(figures.es_generations(story.es_history), f"{prefix}-es-plot")
+    if story.curriculum:
+        plot, out["curriculum_drawn"] = curriculum.curriculum_buffer(
+            story.curriculum, story.header.config.get("curriculum"), settings.max_points
+        )
+        out["curriculum"] = _figure(plot, f"{prefix}-curriculum-plot")
     if story.grpo_steps:
         out["grpo"] = _figure(figures.grpo_steps(story.grpo_steps), f"{prefix}-grpo-plot")
     return out

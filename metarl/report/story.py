@@ -5,8 +5,9 @@ comparison.py).
 Every method's candidates go through the same cascade, so one story fits them all: the fitness
 of every candidate in proposal order, the incumbent, the funnel of where candidates stopped, the
 top candidates' curves, scores, ancestry and code. What only one method has comes from its run
-state: an ES run's per-generation fitness and sigma, a GRPO run's per-step reward and pass rates,
-and from the calls table: an LLM run's tokens, cost and latency.
+state: an ES run's per-generation fitness and sigma (and, for an LPG run with a curriculum, the
+levels it trained on and its level buffer), a GRPO run's per-step reward and pass rates, and
+from the calls table: an LLM run's tokens, cost and latency.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from metarl.archives.report_rows import (
     run_points,
 )
 from metarl.archives.store import Archive
+from metarl.blackbox.config import LPG_TASK
+from metarl.errors import MetarlError
 from metarl.evaluation.outcome import EVALUATOR_FAULT, STAGES
 from metarl.evaluation.text import redact_config, redact_secrets
 from metarl.report.generalisation import (
@@ -44,9 +47,13 @@ from metarl.report.generalisation import (
 )
 from metarl.report.programs import Program, program_of
 from metarl.report.settings import ReportSettings
+from metarl.rl.distributions import EnvDistribution
+from metarl.rl.suites import get_suite
 from metarl.tasks import UnknownTask, get_task
 from metarl.tasks.candidate import source_hash
 
+# what a task's normalised scores are relative to (1.0), as the page says it
+REFERENCES = {LPG_TASK: "the reference (actor-critic)"}
 # how the funnel names the stages a candidate can stop at (evaluation.outcome.STAGES)
 STAGE_LABELS = {
     "propose": "proposed (a program was extracted)",
@@ -103,6 +110,17 @@ class EnvCurve:
     normalised: float | None
     normalised_ci: list[float] | None
     seeds: int
+    role: str = ""  # train | validation | test ("" in rows from before roles)
+    final_return: float | None = None  # the mean over seeds of the agents' final return
+    reference_return: float | None = None  # the reference's (the baseline PPO; an LPG's: A2C)
+    random_return: float | None = None  # a uniformly random policy's
+
+    @property
+    def beats_reference(self) -> bool | None:
+        """Whether its final return is above the reference's; None when either is unknown."""
+        if self.final_return is None or self.reference_return is None:
+            return None
+        return self.final_return > self.reference_return
 
 
 @dataclass
@@ -146,6 +164,39 @@ class ModelUsage:
     tokens: list[int]
     latency_s: list[float | None]
     cumulative_cost: list[float | None]
+
+
+@dataclass
+class BufferLevel:
+    """One level of a curriculum's buffer after a generation (the top by score)."""
+
+    seed: int
+    name: str  # its environment name, e.g. Grid-small:level=17
+    score: float | None  # GROOVE: regret; PLR: the reference's positive value loss
+    staleness: int  # levels drawn since it was last drawn or inserted
+    drawn: bool  # drawn (trained on) this generation
+
+
+@dataclass
+class DrawnLevel:
+    """One level trained on in a generation (by an antithetic pair of members)."""
+
+    seed: int
+    name: str
+    lifetime: int | None  # agent updates
+    pair_return: float | None  # the pair's mean return
+    regret: float | None  # the reference's return minus the pair's; None: not measured
+
+
+@dataclass
+class CurriculumGeneration:
+    """What an LPG run's curriculum did in one generation (`state.history`)."""
+
+    generation: int
+    replay: bool  # the levels were replayed from the buffer, else freshly sampled
+    drawn: list[DrawnLevel]
+    buffer: list[BufferLevel]  # the buffer after the generation, top by score (a snapshot)
+    buffer_size: int  # levels in the whole buffer
 
 
 @dataclass
@@ -193,6 +244,12 @@ class RunStory:
     programs: list[Program]
     notes: list[str] = field(default_factory=list)
     generalisation: Generalisation | None = None  # train vs test of every scored candidate
+    # an LPG run's curriculum per generation; empty without a level buffer (other runs, a
+    # uniform curriculum, archives from before curricula)
+    curriculum: list[CurriculumGeneration] = field(default_factory=list)
+    # an LPG run's best export on the test role (the held-out tabular levels, Catch, CartPole)
+    heldout_levels: Curves | None = None
+    reference: str = "PPO"  # what normalised scores are relative to (REFERENCES)
 
 
 def _label(row: dict) -> str:
@@ -356,7 +413,7 @@ def _quantile(values: list[float], q: float) -> float | None:
 
 
 def curves_of(candidate_id: str, name: str, evaluations: list[dict], baseline: bool) -> Curves:
-    """A candidate's full-budget selection curves, training envs first."""
+    """A candidate's full-budget selection curves and returns, training envs first."""
     envs = [
         EnvCurve(
             env=ev["env"],
@@ -371,11 +428,90 @@ def curves_of(candidate_id: str, name: str, evaluations: list[dict], baseline: b
                 else None
             ),
             seeds=len(ev["seeds"] or []),
+            role=ev.get("role") or "",
+            final_return=ev.get("mean"),
+            reference_return=ev.get("baseline_mean"),
+            random_return=ev.get("random_mean"),
         )
         for ev in evaluations
     ]
     envs.sort(key=lambda e: e.heldout)
     return Curves(id=candidate_id, name=name, is_baseline=baseline, envs=envs)
+
+
+def distribution_of(suite: str) -> EnvDistribution | None:
+    """The distribution a suite draws its levels from (what names a curriculum's seeds);
+    None for a suite without one, or one this metarl does not know (an older archive's)."""
+    try:
+        return get_suite(suite).distribution
+    except MetarlError:
+        return None
+
+
+def level_name(distribution: EnvDistribution | None, seed: int) -> str:
+    """Level `seed`'s environment name, e.g. `Grid-small:level=17` (`level=17` without a
+    distribution)."""
+    try:
+        return distribution.env(seed) if distribution is not None else f"level={seed}"
+    except ValueError:
+        return f"level={seed}"
+
+
+def _at(values, index: int):
+    """values[index], or None when `values` is not a list that long."""
+    return values[index] if isinstance(values, list) and index < len(values) else None
+
+
+def curriculum_of(
+    history: list[dict], distribution: EnvDistribution | None
+) -> list[CurriculumGeneration]:
+    """An LPG run's curriculum per generation, from its ES history.
+
+    Args:
+        history: `state.history`, one dict per generation; an LPG run's entries carry
+            `replay`, `levels`, `lifetimes`, `returns`, `regret`, `buffer` ([seed, score,
+            staleness], top by score) and `buffer_size` (blackbox/lpg_es.py).
+        distribution: what names the levels (`distribution_of` the run's suite).
+
+    Returns:
+        One CurriculumGeneration per entry with a `buffer`, in order; [] when no entry has a
+        buffered level (another method, a uniform curriculum, an older archive).
+    """
+    out = []
+    for entry in history:
+        buffer = entry.get("buffer")
+        if not isinstance(buffer, list):
+            continue
+        seeds = [int(s) for s in entry.get("levels") or []]
+        drawn = [
+            DrawnLevel(
+                seed=seed,
+                name=level_name(distribution, seed),
+                lifetime=_at(entry.get("lifetimes"), i),
+                pair_return=_at(entry.get("returns"), i),
+                regret=_at(entry.get("regret"), i),
+            )
+            for i, seed in enumerate(seeds)
+        ]
+        out.append(
+            CurriculumGeneration(
+                generation=int(entry.get("generation", len(out) + 1)),
+                replay=bool(entry.get("replay")),
+                drawn=drawn,
+                buffer=[
+                    BufferLevel(
+                        seed=int(seed),
+                        name=level_name(distribution, int(seed)),
+                        score=score,
+                        staleness=int(staleness),
+                        drawn=int(seed) in seeds,
+                    )
+                    for seed, score, staleness in buffer
+                ],
+                buffer_size=int(entry.get("buffer_size") or len(buffer)),
+            )
+        )
+    return out if any(g.buffer for g in out) else []
 
 
 def setting_of(points: list[dict]) -> Setting | None:
@@ -480,17 +616,23 @@ def run_story(archive: Archive, run_id: str, settings: ReportSettings) -> RunSto
     board = leaderboard(archive, run_id=run_id, limit=max(settings.top, settings.code))
     top = board.rows[: settings.top]
     notes = []
+    task = run.get("task") or ""
     baseline = _baseline_id(archive, run, top, rows)
-    if top and not baseline:
+    if top and not baseline and task != LPG_TASK:  # an LPG's reference is no program
         notes.append(
             "the baseline program was not evaluated at the top candidates' setting in this "
             "archive, so its learning curves are not drawn"
         )
     curve_ids = ([baseline] if baseline else []) + [r.id for r in top if r.id != baseline]
-    evaluations = full_evaluations(archive, curve_ids)
+    incumbent = incumbent_of(points)
+    best = best_of(run, incumbent)
+    levels_of = best if task == LPG_TASK and best else None
+    evaluations = full_evaluations(
+        archive, curve_ids + ([levels_of] if levels_of and levels_of not in curve_ids else [])
+    )
     names = {r.id: r.name for r in top}
     code_ids = [r.id for r in board.rows[: settings.code]]
-    programs = program_rows(archive, curve_ids + code_ids)
+    programs = program_rows(archive, curve_ids + code_ids + ([levels_of] if levels_of else []))
     curves = [
         curves_of(
             cid,
@@ -515,7 +657,12 @@ def run_story(archive: Archive, run_id: str, settings: ReportSettings) -> RunSto
             shown.append(program_of(programs[cid], parent, scores.get(cid)))
     state = run.get("state") or {}
     method = run.get("method") or "discovery"
-    incumbent = incumbent_of(points)
+    history = list(state.get("history") or []) if method == "es" else []
+    heldout_levels = None
+    if levels_of:
+        name = names.get(levels_of) or programs.get(levels_of, {}).get("name") or ""
+        every = curves_of(levels_of, name, evaluations[levels_of], False)
+        heldout_levels = Curves(every.id, every.name, False, [e for e in every.envs if e.heldout])
     header = header_of(run, setting_of(rows), run_protocols(archive, [run_id]).get(run_id))
     return RunStory(
         header=header,
@@ -530,11 +677,14 @@ def run_story(archive: Archive, run_id: str, settings: ReportSettings) -> RunSto
             for r in board.rows[: settings.lineages]
         ],
         usage=usage_of(run_calls(archive, run_id), run.get("started_at")),
-        es_history=list(state.get("history") or []) if method == "es" else [],
+        es_history=history,
         grpo_steps=list(state.get("steps") or []) if method == "grpo" else [],
         programs=shown,
         notes=notes,
-        generalisation=generalisation_of(rows, run_id, best_of(run, incumbent), header.protocol),
+        generalisation=generalisation_of(rows, run_id, best, header.protocol),
+        curriculum=curriculum_of(history, distribution_of(header.suite)) if history else [],
+        heldout_levels=heldout_levels,
+        reference=REFERENCES.get(task, "PPO"),
     )
 
 

@@ -9,6 +9,8 @@ Sources:
   (Asterix 3e-3, Breakout 1e-2, Freeway 1e-3, SpaceInvaders 7e-3). Those configs also tune
   Adam's b2 per game (0.99 for three games); we keep Adam's b1=0.9, b2=0.999 everywhere so
   the task's Adam seed reproduces the baseline optimizer exactly on every environment.
+- grid levels (`Grid-*`, levels.py) and every other small env: the classic-control defaults,
+  untuned for them.
 """
 
 from __future__ import annotations

@@ -78,13 +78,21 @@ class FlatDiscreteEnv:
     variant name (`split_variant`) changes its `EnvParams`."""
 
     def __init__(self, name: str):
+        # lazy: grid levels (levels.py) build on this module; at the top it would be a cycle
+        from metarl.rl import gridworld, levels
+
         base, changes = split_variant(name)
-        if base not in gymnax.registered_envs:
+        if levels.is_grid(name):
+            # The level is the env's params; level_from_name applies the variant's changes.
+            self.env, self.params = gridworld.GridWorld(), levels.level_from_name(name)
+            changes = {}
+        elif base not in gymnax.registered_envs:
             raise UnknownEnvironment(
                 f"unknown environment {base!r}; gymnax knows: {', '.join(gymnax.registered_envs)}"
             )
+        else:
+            self.env, self.params = gymnax.make(base)
         self.name = name
-        self.env, self.params = gymnax.make(base)
         if changes:
             known = set(type(self.params).__dataclass_fields__)
             unknown = sorted(set(changes) - known)

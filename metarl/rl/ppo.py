@@ -16,6 +16,12 @@ With the PPO-clip drift and Adam this *is* PPO. The learning curve is downsample
 `config.num_log_points` points (an outer scan over chunks of updates), so memory does not grow
 with the run length. Non-finite losses or parameters are tracked per update: silent NaN inside
 jit would otherwise train on and report a plausible return.
+
+Besides the return, the run reports how much the agent still had to learn at its end: the
+*positive value loss* of Prioritized Level Replay (Jiang et al. 2021), the mean of max(A, 0)
+over the GAE advantages of the same tail window as the final return. A curriculum ranks levels
+by it. It is computed here, from the raw advantages (before the loss normalises them), so a
+candidate moves it only through how it trains, never by reporting it.
 """
 
 from __future__ import annotations
@@ -77,6 +83,7 @@ class Runner(NamedTuple):
     log: jax.Array  # [num_log_points, 5] sums: return, episodes, actor, value, entropy
     tail_start: jax.Array  # int32: episodes ending from this update on count in `tail`
     tail: jax.Array  # [2]: return sum and episode count of the current segment's tail
+    tail_advantage: jax.Array  # [2]: positive value loss sum and update count of the same tail
 
 
 class TrainResult(NamedTuple):
@@ -90,6 +97,7 @@ class TrainResult(NamedTuple):
     first_negative_drift_update: jax.Array  # scalar int32, -1 when the drift stayed >= -tol
     min_drift: jax.Array  # scalar: the smallest drift value of any minibatch of the run
     final_return: jax.Array  # scalar: see `final_return` in make_train
+    positive_value_loss: jax.Array  # scalar: mean max(A, 0) over the tail's updates (NaN: none)
 
 
 def learning_rate_schedule(config: PPOConfig, lr: jax.Array | float | None = None) -> Schedule:
@@ -142,6 +150,19 @@ def compute_gae(
     return advantages, advantages + traj.value
 
 
+def positive_value_loss(advantages: jax.Array) -> jax.Array:
+    """PLR's positive value loss of one rollout: the mean over its steps of max(advantage, 0).
+
+    Args:
+        advantages: the rollout's GAE advantages, any shape ([num_steps, num_envs] in the
+            trainer), as GAE computes them: not normalised.
+
+    Returns:
+        A float32 scalar >= 0 (NaN when an advantage is NaN).
+    """
+    return jnp.mean(jnp.maximum(advantages, 0.0)).astype(jnp.float32)
+
+
 def _tree_all_finite(tree: Any) -> jax.Array:
     leaves = jax.tree.leaves(tree)
     return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves]))
@@ -190,7 +211,10 @@ def make_trainer(
     bucket_end_steps = (np.cumsum(updates_per_bucket) * config.batch_size).astype(np.int32)
     # The final return is the mean return of episodes that ended in the last 10% of a
     # segment's updates; when none did (episodes longer than that window), each env's last
-    # finished episode.
+    # finished episode. The positive value loss is the mean, over the same updates, of each
+    # rollout's `positive_value_loss`: every epoch's minibatches are a permutation of the whole
+    # rollout (batch_size = num_minibatches * minibatch_size), so this is also its mean over
+    # the minibatch data the updates trained on.
 
     def loss_fn(params, batch: Batch, advantage, target):
         logits, value = network.apply(params, batch.obs)
@@ -287,6 +311,7 @@ def make_trainer(
             [ret_sum.sum(), ret_count.sum(), actor.mean(), value.mean(), ent.mean()]
         )
         in_tail = index >= runner.tail_start
+        tail_advantage = jnp.stack([positive_value_loss(advantages), jnp.float32(1.0)])
         return Runner(
             params=params,
             opt_state=opt_state,
@@ -305,6 +330,8 @@ def make_trainer(
             log=runner.log.at[bucket].add(metrics),
             tail_start=runner.tail_start,
             tail=runner.tail + in_tail * jnp.stack([ret_sum.sum(), ret_count.sum()]),
+            # where, not a product: a NaN rollout before the tail must not reach it (0 * NaN)
+            tail_advantage=runner.tail_advantage + jnp.where(in_tail, tail_advantage, 0.0),
         )
 
     def init(rng: jax.Array) -> Runner:
@@ -328,18 +355,22 @@ def make_trainer(
             log=jnp.zeros((num_points, 5), jnp.float32),
             tail_start=jnp.asarray(0, jnp.int32),
             tail=jnp.zeros((2,), jnp.float32),
+            tail_advantage=jnp.zeros((2,), jnp.float32),
         )
 
     def segment(runner: Runner, stop: jax.Array) -> tuple[Runner, TrainResult]:
         """Run updates runner.update .. stop-1 and summarise the run so far.
 
         The final return is that of the episodes ended in the last 10% of this segment's
-        updates (of the whole run, when the segment starts at update 0 and stops at the end).
+        updates (of the whole run, when the segment starts at update 0 and stops at the end);
+        the positive value loss is the mean over the same updates.
         """
         stop = jnp.asarray(stop, jnp.int32)
         length = stop - runner.update
         runner = runner._replace(
-            tail_start=stop - jnp.maximum(1, length // 10), tail=jnp.zeros((2,), jnp.float32)
+            tail_start=stop - jnp.maximum(1, length // 10),
+            tail=jnp.zeros((2,), jnp.float32),
+            tail_advantage=jnp.zeros((2,), jnp.float32),
         )
         runner = jax.lax.while_loop(lambda r: r.update < stop, update, runner)
         return runner, summarise(runner)
@@ -351,6 +382,11 @@ def make_trainer(
             tail_count > 0,
             tail_sum / jnp.maximum(tail_count, 1),
             jnp.nanmean(runner.episodes[1]),
+        )
+        advantage_sum, tail_updates = runner.tail_advantage
+        # NaN when the segment ran no update (stop at or before where the runner was)
+        value_loss_tail = jnp.where(
+            tail_updates > 0, advantage_sum / jnp.maximum(tail_updates, 1), jnp.nan
         )
         per_update = jnp.asarray(np.maximum(updates_per_bucket, 1), jnp.float32)
         return TrainResult(
@@ -364,6 +400,7 @@ def make_trainer(
             first_negative_drift_update=runner.first_negative_drift,
             min_drift=runner.min_drift,
             final_return=final_return,
+            positive_value_loss=value_loss_tail,
         )
 
     return Trainer(init=init, segment=segment)

@@ -24,6 +24,10 @@ from typing import Mapping
 
 from metarl.errors import USAGE, MetarlError
 from metarl.rl.configs import PPOConfig, default_config
+from metarl.rl.distributions import DISTRIBUTIONS, TEST_SEEDS, VALIDATION_SEEDS, EnvDistribution
+
+# the five tabular levels of the LPG paper (rl/levels.py)
+TABULAR_LEVELS = ("Grid-dense", "Grid-sparse", "Grid-long", "Grid-longer", "Grid-long_dense")
 
 # source label -> env -> the published PPO mean final return
 PublishedReturns = Mapping[str, Mapping[str, float]]
@@ -49,6 +53,9 @@ class Suite:
     # the validation role: what decides the incumbent, on fresh seeds (other environments or
     # variants `Base:field=value` of the training ones; rl/environments.py)
     validation: tuple[str, ...] = ()
+    # a suite of drawn environments (grid levels, gymnax parameter ranges): its train role can
+    # be drawn anew by a curriculum (`--curriculum`); `envs` are its fixed default draws
+    distribution: EnvDistribution | None = None
 
     @property
     def test(self) -> tuple[str, ...]:
@@ -72,6 +79,43 @@ class Suite:
         return default_config(
             env_name, total_timesteps=total_timesteps or self.total_timesteps, **self.overrides
         )
+
+
+def _drawn_suite(name: str) -> Suite:
+    """A suite over a distribution (rl/distributions.py): four train draws, four validation
+    draws from another seed range; the test role is the five tabular LPG levels and two
+    classic tasks for grid suites (LPG's generalisation claim), four more draws and the
+    default CartPole for parameter ranges.
+
+    Budgets: a grid level's lifetime is at most 250 updates of 16 envs x 20 steps (80,000
+    steps; rl/lpg_agent.py), which is also the PPO budget there.
+    """
+    distribution = DISTRIBUTIONS[name]
+    if distribution.grid:
+        return Suite(
+            name,
+            envs=distribution.draws(0, 4),
+            total_timesteps=80_000,
+            short_budget=20_000,
+            validation=distribution.draws(VALIDATION_SEEDS, 4),
+            heldout=(*TABULAR_LEVELS, "Catch-bsuite", "CartPole-v1"),
+            default_seeds=4,
+            distribution=distribution,
+            description=f"random grid levels ({distribution.base}; validation: other draws; "
+            "test: the five tabular LPG levels, Catch, CartPole): GROOVE's setting",
+        )
+    return Suite(
+        name,
+        envs=distribution.draws(0, 4),
+        total_timesteps=100_000,
+        short_budget=20_000,
+        validation=distribution.draws(VALIDATION_SEEDS, 4),
+        heldout=(*distribution.draws(TEST_SEEDS, 4), distribution.base),
+        default_seeds=4,
+        distribution=distribution,
+        description=f"{distribution.base} with its parameters drawn per environment "
+        f"({', '.join(r.field for r in distribution.ranges)})",
+    )
 
 
 SUITES: dict[str, Suite] = {
@@ -131,6 +175,7 @@ SUITES: dict[str, Suite] = {
                 },
             },
         ),
+        *(_drawn_suite(name) for name in ("grid-small", "grid-random", "cartpole-params")),
     )
 }
 

@@ -41,6 +41,9 @@ class EnvRun:
     negative_drift_update: int | None = None  # first update (any seed) with drift < -tolerance
     negative_drift_seed: int | None = None
     min_drift: float | None = None  # the smallest drift value seen in any minibatch
+    # per seed: PLR's positive value loss, mean max(GAE advantage, 0) over the same last 10% of
+    # updates (ppo.positive_value_loss); None where not finite; empty in runs cached before it
+    positive_value_loss: list[float | None] = field(default_factory=list)
     extra: dict = field(default_factory=dict)
 
     @property
@@ -117,6 +120,7 @@ def summarise(
         negative_drift_update=negative_update,
         negative_drift_seed=negative_seed,
         min_drift=min_drift if math.isfinite(min_drift) else None,
+        positive_value_loss=_nan_to_none(np.asarray(result.positive_value_loss)),
     )
 
 

@@ -58,3 +58,48 @@ def test_leaderboard_has_a_method_column_and_filters_by_method(seeded_archive, r
     assert "methods there: discovery" in none.output
     bad = invoke("leaderboard", "--method", "bogus", "--archive", str(seeded_archive))
     assert bad.exit_code == 2 and "no run of method 'bogus'" in bad.output
+
+
+def test_lpg_on_a_suite_without_grid_levels_is_one_line_and_creates_no_archive(
+    tmp_path, restore_logging
+):
+    archive = tmp_path / "metarl.db"
+    result = invoke("es", "--task", "lpg", "--suite", "classic", "--archive", str(archive))
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [
+        "metarl es: error: the lpg task meta-trains on grid levels: --suite grid-small, grid-random"
+    ]
+    assert not archive.exists()
+
+
+def test_an_unknown_curriculum_is_one_line(tmp_path, restore_logging):
+    result = invoke(
+        "es",
+        "--task",
+        "lpg",
+        "--suite",
+        "grid-small",
+        "--curriculum",
+        "hardest",
+        "--archive",
+        str(tmp_path / "a.db"),
+    )
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [
+        "metarl es: error: --curriculum is one of uniform, plr, groove"
+    ]
+
+
+def test_discovery_with_a_curriculum_on_fixed_envs_is_one_line(tmp_path, restore_logging):
+    result = invoke(
+        "discover",
+        "--suite",
+        "classic",
+        "--curriculum",
+        "groove",
+        "--archive",
+        str(tmp_path / "a.db"),
+    )
+    assert result.exit_code == 2
+    assert "--curriculum draws environments from a distribution suite" in result.output
+    assert len(result.output.strip().splitlines()) == 1

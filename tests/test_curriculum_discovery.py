@@ -147,3 +147,19 @@ def test_a_curriculum_needs_a_distribution_suite():
     with pytest.raises(ConfigError, match="--curriculum is one of"):
         config(curriculum="hardest").resolved()
     assert config(curriculum_levels=None).resolved().curriculum_levels == 4
+
+
+def test_the_report_shows_a_discovery_runs_level_buffer(tmp_path):
+    from metarl.report.settings import ReportSettings
+    from metarl.report.story import run_story
+
+    result, _, state = run(tmp_path / "a.db", config(budget=12))
+    with Archive(tmp_path / "a.db") as archive:
+        story = run_story(archive, result.run_id, ReportSettings())
+    history = state["curriculum_history"]
+    assert [g.generation for g in story.curriculum] == [h["generation"] for h in history]
+    last = story.curriculum[-1]
+    assert [b.name for b in last.buffer] == [
+        f"Grid-small:level={s}" for s, _, _ in history[-1]["buffer"]
+    ]
+    assert [d.regret for d in last.drawn] == history[-1]["scores"]

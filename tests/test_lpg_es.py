@@ -14,7 +14,7 @@ from metarl.blackbox.lpg_es import LPGFitness, LPGRun, antithetic_tasks, pair_ce
 from metarl.evaluation.lpg_evaluation import LPGEvaluator, env_lifetime
 from metarl.evaluation.seeds import SeedSource
 from metarl.rl.levels import level_from_name
-from metarl.rl.lpg import LPGShape, read_lpg_source
+from metarl.rl.lpg import LPGShape, init_lpg, read_lpg_source
 from metarl.rl.lpg_agent import lifetime_from_seed
 from metarl.rl.suites import get_suite
 
@@ -119,3 +119,22 @@ def test_an_lpg_es_run_is_archived_scored_and_resumes_to_the_same_state(tmp_path
     assert all(e["seeds"] == [3] for e in candidate["outcome"]["env_scores"])
     shape, _ = read_lpg_source(candidate["code"])  # data, read by ast, never executed
     assert shape == LPGShape(gru_width=32)
+
+
+@pytest.mark.slow
+def test_plr_scores_levels_by_the_reference_positive_value_loss_and_groove_by_regret():
+    for kind in ("plr", "groove"):
+        config = ESConfig(
+            task="lpg", suite="grid-small", population=4, env_workers=1, curriculum=kind
+        ).resolved()
+        fitness = LPGFitness(config, LPGShape(gru_width=4), None)
+        population = jax.tree.map(
+            lambda x: np.stack([x] * 4), init_lpg(jax.random.PRNGKey(0), LPGShape(gru_width=4))
+        )
+        values, details = fitness(jax.random.split(jax.random.PRNGKey(1), 1), population)
+        assert values.tolist() == [0.0, 0.0, 0.0, 0.0]  # identical members: no direction
+        entries = {e.seed: e.score for e in fitness.curriculum.buffer.entries()}
+        for i, seed in enumerate(fitness.last["levels"]):
+            reference, pvl = fitness.references[str(seed)]
+            expected = pvl if kind == "plr" else reference - fitness.last["returns"][i]
+            assert entries[seed] == pytest.approx(expected)

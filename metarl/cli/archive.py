@@ -36,11 +36,13 @@ def _open(path: str):
 def _check_names(task: str | None, suite: str | None) -> None:
     """A usage error for a filter that names no task (UserError) or no suite (UnknownSuite)."""
     # lazy: metarl.tasks imports jax; `metarl --help` stays fast
+    from metarl.blackbox.config import LPG_TASK
     from metarl.rl.suites import get_suite
     from metarl.tasks import task_names
 
-    if task and task not in task_names():
-        raise UserError(f"unknown task {task!r}; choose one of: {', '.join(task_names())}")
+    known = [*task_names(), LPG_TASK]
+    if task and task not in known:
+        raise UserError(f"unknown task {task!r}; choose one of: {', '.join(known)}")
     if suite:
         get_suite(suite)
 

@@ -25,10 +25,18 @@ def evaluate(
         ..., help="Python files, each defining the task's function (evaluated as one batch)."
     ),
     task: str = typer.Option(
-        ..., "--task", "-t", help="Which contract the file implements: drift or optimizer."
+        ...,
+        "--task",
+        "-t",
+        help="Which contract the file implements: drift, optimizer, or lpg (an LPG network "
+        "exported by `metarl es --task lpg`, scored on a grid suite).",
     ),
     suite: str = typer.Option(
-        DEFAULTS.suite, "--suite", "-s", help="Environment suite: smoke, classic or minatar."
+        DEFAULTS.suite,
+        "--suite",
+        "-s",
+        help="Environment suite: smoke, classic, minatar, or a distribution suite "
+        "(grid-small, grid-random, cartpole-params).",
     ),
     seeds: Optional[int] = typer.Option(
         None, "--seeds", help="Number of training seeds (drawn); default: the suite's."
@@ -105,11 +113,14 @@ def evaluate(
     """
     log_to_stderr(verbose)
     # lazy: metarl.tasks imports jax; `metarl --help` and the archive commands stay fast
+    from metarl.blackbox.config import LPG_TASK
+    from metarl.evaluation.lpg_evaluation import lpg_evaluator
     from metarl.rl.suites import get_suite, suite_names
     from metarl.tasks import task_names
 
-    if task not in task_names():
-        raise UserError(f"unknown task {task!r}; choose one of: {', '.join(task_names())}")
+    known = [*task_names(), LPG_TASK]
+    if task not in known:
+        raise UserError(f"unknown task {task!r}; choose one of: {', '.join(known)}")
     if suite not in suite_names():
         raise UserError(f"unknown suite {suite!r}; choose one of: {', '.join(suite_names())}")
     sources = [_read_candidate(path) for path in paths]
@@ -153,9 +164,14 @@ def evaluate(
     except ValueError as error:
         raise UserError(str(error)) from None
     try:
-        evaluator = Evaluator(settings, workers=1, prewarm=False)
+        if task == LPG_TASK:  # an LPG network is data, trained in this process (no sandbox)
+            evaluator = lpg_evaluator(get_suite(suite), settings)
+        else:
+            evaluator = Evaluator(settings, workers=1, prewarm=False)
     except SandboxUnavailable as error:
         raise UserError(error.message, USAGE, hint=error.hint) from None  # see the help
+    except ValueError as error:
+        raise UserError(str(error)) from None
     with evaluator:
         if as_json:
             outcomes = evaluator.evaluate_batch(sources, task)

@@ -98,14 +98,17 @@ def level_scores(kind: str, envs: Sequence[str], outcomes: Sequence[Outcome]) ->
 def history_entry(
     generation: int, draw: Draw, envs: Sequence[str], scores: Sequence[float], curriculum
 ) -> dict:
-    """What the report shows of one generation's curriculum (JSON-ready)."""
+    """What the report shows of one generation's curriculum (JSON-ready; the keys of an LPG
+    run's history, blackbox/lpg_es.py, where they mean the same)."""
     entries = sorted(curriculum.buffer.entries(), key=lambda e: -e.score)[:BUFFER_SNAPSHOT]
+    finite = [x if math.isfinite(x) else None for x in map(float, scores)]
     return {
         "generation": generation,
         "replay": bool(draw.replay),
         "levels": [int(s) for s in draw.seeds],
         "envs": list(envs),
-        "scores": [x if math.isfinite(x) else None for x in map(float, scores)],
+        "scores": finite,
+        "regret": finite if curriculum.config.kind == "groove" else None,
         "buffer": [[int(e.seed), float(e.score), int(e.staleness)] for e in entries],
         "buffer_size": int(curriculum.buffer.size),
     }

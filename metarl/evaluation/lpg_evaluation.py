@@ -100,8 +100,15 @@ class LPGEvaluator:
     def close(self) -> None:
         self._programs.clear()
 
-    def evaluate_batch(self, sources: Sequence[str], task: str = "lpg") -> list[Outcome]:
-        """Each source's outcome (see `evaluate`)."""
+    def __enter__(self) -> "LPGEvaluator":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def evaluate_batch(self, sources: Sequence[str], task: str = "lpg", **_) -> list[Outcome]:
+        """Each source's outcome (see `evaluate`); the cascade's other options (progress,
+        fingerprints) do not apply."""
         return [self.evaluate(source) for source in sources]
 
     def _program(self, env_name: str, shape: LPGShape, lifetime: int):
@@ -183,3 +190,23 @@ class LPGEvaluator:
         outcome = Outcome(passed=True, stage="full", env_scores=scores, seeds_pinned=seeds.pinned)
         score_roles(outcome)
         return outcome
+
+
+def lpg_evaluator(suite: Suite, settings) -> "LPGEvaluator":
+    """The LPG evaluator `metarl evaluate --task lpg` uses: the cascade settings' seeds and
+    roles (a grid suite's distribution sets the lifetimes).
+
+    Raises:
+        ValueError: the suite has no grid levels (an LPG trains on grid-level suites only).
+    """
+    if suite.distribution is None or not suite.distribution.grid:
+        raise ValueError(
+            f"an LPG network is scored on a grid suite (grid-small, grid-random), not {suite.name}"
+        )
+    roles = ["train"]
+    if settings.validation and suite.validation:
+        roles.append("validation")
+    if settings.heldout and suite.heldout:
+        roles.append("test")
+    seeds = SeedSource(settings.seeds, pinned=settings.seed_values)
+    return LPGEvaluator(suite, seeds, roles=roles)

@@ -682,7 +682,9 @@ def run_story(archive: Archive, run_id: str, settings: ReportSettings) -> RunSto
         programs=shown,
         notes=notes,
         generalisation=generalisation_of(rows, run_id, best, header.protocol),
-        curriculum=curriculum_of(history, distribution_of(header.suite)) if history else [],
+        curriculum=curriculum_of(
+            history or list(state.get("curriculum_history") or []), distribution_of(header.suite)
+        ),
         heldout_levels=heldout_levels,
         reference=REFERENCES.get(task, "PPO"),
     )

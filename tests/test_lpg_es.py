@@ -70,6 +70,8 @@ def test_a_drawn_levels_task_is_the_named_level_with_the_lifetime_its_seed_fixes
     assert env_lifetime(suite, "Grid-small:level=17", None) == lifetimes[0]
     assert env_lifetime(suite, "Grid-dense", None) == 250
     assert env_lifetime(suite, "Grid-dense", 2500) == 2500
+    classic = get_suite("classic")  # no distribution: the per-env budget in updates
+    assert env_lifetime(classic, "CartPole-v1", None) == classic.total_timesteps // 320
 
 
 def test_the_lpg_evaluator_refuses_a_program_without_training_it():

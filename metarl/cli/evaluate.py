@@ -29,7 +29,7 @@ def evaluate(
         "--task",
         "-t",
         help="Which contract the file implements: drift, optimizer, or lpg (an LPG network "
-        "exported by `metarl es --task lpg`, scored on a grid suite).",
+        "exported by `metarl es --task lpg`: agents it trains on the suite's envs).",
     ),
     suite: str = typer.Option(
         DEFAULTS.suite,

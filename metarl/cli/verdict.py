@@ -105,12 +105,16 @@ def print_outcome(outcome, path: Path, task: str, settings) -> None:
     title = f"{path.name} · task {task} · suite {settings.suite} · {settings.seeds} seed{plural}"
     if outcome.env_scores:
         console.print(_scores_table(outcome, title))
+        # an LPG network's reference is the actor-critic, not a seed program (rl/lpg_agent.py)
+        reference, short = (
+            ("the actor-critic", "actor-critic") if task == "lpg" else ("baseline seed", "baseline")
+        )
         say(
-            "normalised = (return - random policy) / (baseline seed - random policy), same seeds "
+            f"normalised = (return - random policy) / ({reference} - random policy), same seeds "
             "and budget; "
             + "; ".join(
                 f"{s.env}: random {fmt_compact(s.random_mean, 1)}, "
-                f"baseline {fmt_compact(s.baseline_mean, 1)}"
+                f"{short} {fmt_compact(s.baseline_mean, 1)}"
                 for s in outcome.env_scores
                 if s.stage == "full" or len(outcome.env_scores) == 1
             ),

@@ -13,7 +13,8 @@ never read by the ES.
 Lifetimes: a drawn grid level is trained for the lifetime its seed fixes (TA-LPG's task); a
 named level or a gymnax environment for `updates` (default: the longest lifetime of the suite's
 distribution, 250 updates; GROOVE evaluates its tabular levels at 2,500 updates of 64 envs, a
-GPU's budget: `--eval-updates 2500`).
+GPU's budget: `--eval-updates 2500`); on a suite without a distribution (classic, minatar:
+`metarl evaluate --task lpg --suite classic`) for the suite's per-env budget in updates.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from metarl.evaluation.seeds import SeedSource
 from metarl.rl.environments import make_env, split_variant
 from metarl.rl.lpg import LPGShape, read_lpg_source
 from metarl.rl.lpg_agent import (
+    AgentConfig,
     agent_config_for,
     lifetime_from_seed,
     make_a2c_train,
@@ -41,16 +43,18 @@ from metarl.rl.suites import Suite
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_LIFETIME = 250
 
-
-def env_lifetime(suite: Suite, env_name: str, updates: int | None) -> int:
+def env_lifetime(
+    suite: Suite, env_name: str, updates: int | None, steps_per_update: int = 16 * 20
+) -> int:
     """The lifetime (agent updates) an LPG agent gets on `env_name` when scored.
 
     Args:
         suite: the suite the env belongs to.
         env_name: a drawn grid level (its seed fixes its lifetime), or any other env.
-        updates: the lifetime of the others; None: the distribution's longest.
+        updates: the lifetime of the others; None: the distribution's longest lifetime, or
+            for a suite without one (classic, minatar) its per-env budget in updates.
+        steps_per_update: environment steps of one agent update (envs x rollout length).
 
     Returns:
         The number of updates.
@@ -62,7 +66,9 @@ def env_lifetime(suite: Suite, env_name: str, updates: int | None) -> int:
         return lifetime_from_seed(int(changes["level"]), lifetimes)
     if updates:
         return int(updates)
-    return int(lifetimes[1]) if lifetimes else DEFAULT_LIFETIME
+    if lifetimes:
+        return int(lifetimes[1])
+    return max(1, suite.total_timesteps // steps_per_update)
 
 
 def _finite(value: float) -> float | None:
@@ -156,7 +162,9 @@ class LPGEvaluator:
         roles = self.suite.roles()
         for role in self.roles:
             for env_name in roles[role]:
-                lifetime = env_lifetime(self.suite, env_name, self.updates)
+                lifetime = env_lifetime(
+                    self.suite, env_name, self.updates, self.num_envs * AgentConfig().rollout_len
+                )
                 start = time.perf_counter()
                 env_params, train, _, _, config = self._program(env_name, shape, lifetime)
                 result = train(keys, params, env_params, lifetime)
@@ -194,19 +202,16 @@ class LPGEvaluator:
 
 def lpg_evaluator(suite: Suite, settings) -> "LPGEvaluator":
     """The LPG evaluator `metarl evaluate --task lpg` uses: the cascade settings' seeds and
-    roles (a grid suite's distribution sets the lifetimes).
-
-    Raises:
-        ValueError: the suite has no grid levels (an LPG trains on grid-level suites only).
-    """
-    if suite.distribution is None or not suite.distribution.grid:
-        raise ValueError(
-            f"an LPG network is scored on a grid suite (grid-small, grid-random), not {suite.name}"
-        )
+    roles; lifetimes from a grid suite's distribution, or from the budget (`--timesteps`, else
+    the suite's) on the others: LPG's generalisation claim is that a network meta-trained on
+    grid levels trains agents on classic control and MinAtar (`--suite classic`, `minatar`)."""
     roles = ["train"]
     if settings.validation and suite.validation:
         roles.append("validation")
     if settings.heldout and suite.heldout:
         roles.append("test")
     seeds = SeedSource(settings.seeds, pinned=settings.seed_values)
-    return LPGEvaluator(suite, seeds, roles=roles)
+    per_update = 16 * AgentConfig().rollout_len
+    budget = settings.total_timesteps
+    updates = max(1, budget // per_update) if budget and suite.distribution is None else None
+    return LPGEvaluator(suite, seeds, updates=updates, roles=roles)

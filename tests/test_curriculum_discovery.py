@@ -163,3 +163,53 @@ def test_the_report_shows_a_discovery_runs_level_buffer(tmp_path):
         f"Grid-small:level={s}" for s, _, _ in history[-1]["buffer"]
     ]
     assert [d.regret for d in last.drawn] == history[-1]["scores"]
+
+
+@pytest.mark.slow
+def test_a_real_plr_curriculum_scores_levels_by_the_childrens_own_value_loss(
+    tmp_path, metarl_cache
+):
+    """Sandboxed PPO on drawn grid levels: every drawn level gets the mean positive value loss
+    of the children trained there, which the archive also holds per evaluation."""
+    from conftest import metarl_cli
+
+    path = tmp_path / "metarl.db"
+    result = metarl_cli(
+        "discover",
+        "--suite",
+        "grid-small",
+        "--curriculum",
+        "plr",
+        "--curriculum-levels",
+        "2",
+        "--budget",
+        "2",
+        "--children",
+        "2",
+        "--timesteps",
+        "4096",
+        "--seeds",
+        "1",
+        "--seed-values",
+        "0",
+        "--no-heldout",
+        "--archive",
+        str(path),
+        timeout=1200,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    with Archive(path, must_exist=True) as archive:
+        run = archive.get_run("r1")
+        rows = archive.run_candidates("r1")
+    (entry,) = run["state"]["curriculum_history"]
+    children = [r for r in rows if r["generation"] == 1 and r["status"] == "passed"]
+    assert children, "no child passed"
+    for env, score in zip(entry["envs"], entry["scores"]):
+        values = [
+            e["positive_value_loss"]
+            for r in children
+            for e in r["outcome"]["env_scores"]
+            if e["env"] == env and e["role"] == "train"
+        ]
+        assert score == pytest.approx(sum(values) / len(values))
+        assert score >= 0.0

@@ -82,13 +82,33 @@ def test_the_lpg_evaluator_refuses_a_program_without_training_it():
     assert evaluator._programs == {}
 
 
+@pytest.fixture
+def tiny_grid(monkeypatch):
+    """grid-small with lifetimes of 5..10 updates and one draw per role: seconds per run."""
+    from metarl.rl.distributions import EnvDistribution
+    from metarl.rl.suites import SUITES, Suite
+
+    distribution = EnvDistribution("grid-tiny", "Grid-small", lifetimes=(5, 10))
+    suite = Suite(
+        "grid-tiny",
+        envs=distribution.draws(0, 1),
+        total_timesteps=3200,
+        short_budget=3200,
+        validation=distribution.draws(1_000_000, 1),
+        heldout=("Grid-sparse",),
+        default_seeds=1,
+        distribution=distribution,
+    )
+    monkeypatch.setitem(SUITES, "grid-tiny", suite)
+
+
 @pytest.mark.slow
-def test_an_lpg_es_run_is_archived_scored_and_resumes_to_the_same_state(tmp_path):
+def test_an_lpg_es_run_is_archived_scored_and_resumes_to_the_same_state(tmp_path, tiny_grid):
     """Two generations in one session, or one and a resume: the same curriculum, history and
     ES mean; the export is an lpg candidate scored on every role with recorded seeds."""
     options = dict(
         task="lpg",
-        suite="grid-small",
+        suite="grid-tiny",
         population=4,
         member_seeds=1,
         env_workers=2,

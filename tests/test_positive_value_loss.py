@@ -170,7 +170,7 @@ def test_an_archive_from_version_6_migrates_and_reads(tmp_path):
     db.conn.commit()
     db.conn.close()
     with Archive(path) as archive:
-        assert archive.schema_version == SCHEMA_VERSION == 7
+        assert archive.schema_version == SCHEMA_VERSION
         (row,) = archive.evaluations("old-0")
         assert row["positive_value_loss"] is None and row["mean"] == 110.0
         assert decode_outcome(archive.candidate("old-0")).env_scores[0].positive_value_loss is None

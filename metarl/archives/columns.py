@@ -32,7 +32,16 @@ JSON_COLUMNS = {
         "outcome",
         "meta",
     },
-    "evaluations": {"seeds", "returns", "curve_steps", "curve", "curve_std", "published"},
+    "evaluations": {
+        "seeds",
+        "returns",
+        "curve_steps",
+        "curve",
+        "curve_std",
+        "published",
+        "adaptation",
+        "scratch",
+    },
     "calls": {"prompt"},
 }
 # columns that may quote a URL a user gave (a run's options, an error text): stored without its
@@ -242,6 +251,9 @@ def evaluation_rows(
                 "curve": curve,
                 "curve_std": spread or None,
                 "positive_value_loss": env.positive_value_loss,
+                # JSON list (encode_row); None: no curve (the column stays NULL)
+                "adaptation": env.adaptation or None,
+                "scratch": env.scratch or None,
                 "compile_s": env.compile_s,
                 "run_s": env.run_s,
                 "steps_per_s": env.steps_per_s,

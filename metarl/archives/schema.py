@@ -27,7 +27,9 @@ Version 2 adds the 95% bootstrap intervals over training seeds: `candidates.fitn
 candidate's `method` and the candidate's method `meta`; version 4 `evaluations.curve_std`;
 version 5 marks the evaluation keys written before the single evaluation identity (`_v5`);
 version 6 adds the validation role (`_v6`) and the run's evaluation protocol; version 7
-`evaluations.positive_value_loss` (`_v7`).
+`evaluations.positive_value_loss` (`_v7`); version 8 `evaluations.adaptation` and
+`evaluations.scratch` (`_v8`: JSON, a meta-RL run's mean adaptation curve and its from-scratch
+PPO reference).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from typing import Callable
 
 from sqlite_utils import Database
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 
 def _v1(db: Database) -> None:
@@ -322,6 +324,16 @@ def _v7(db: Database) -> None:
     _add_columns(db, "evaluations", {"positive_value_loss": float})
 
 
+def _v8(db: Database) -> None:
+    """Each evaluation's adaptation curve (JSON list): for a meta-RL run, the mean over seeds
+    of the return on held-out tasks at each episode of an RL² trial or after each of MAML's
+    inner gradient steps, the curve that says whether the learner adapts at all, which its
+    final return alone cannot; NULL for runs without one (PPO) and rows written before it.
+    Beside it `scratch` (JSON list, same points): PPO trained from scratch with the same
+    experience on the same held-out tasks (rl/scratch.py), the curve's paired reference."""
+    _add_columns(db, "evaluations", {"adaptation": str, "scratch": str})
+
+
 # MIGRATIONS[i] takes an archive from version i to version i + 1. Append only; never drop.
-MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7]
+MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8]
 assert len(MIGRATIONS) == SCHEMA_VERSION

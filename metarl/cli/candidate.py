@@ -120,7 +120,20 @@ def _candidate_header(cid: str, row: dict, children: list[str], log: str | None)
     return header
 
 
+def _adaptation_cell(curve, scratch=None) -> str:
+    """A meta-RL evaluation's adaptation curve in one cell (`0.49 → 0.62 → 0.71`), with its
+    from-scratch PPO reference when recorded (`0.50 → 0.69 (scratch 0.50 → 0.52)`); '' without
+    a curve."""
+    if not curve:
+        return ""
+    cell = " → ".join(fmt(v, 2) for v in curve)
+    if scratch:
+        cell += f" (scratch {' → '.join(fmt(v, 2) for v in scratch)})"
+    return cell
+
+
 def _evaluations_table(evaluations: list[dict]) -> Table:
+    adaptive = any(ev.get("adaptation") for ev in evaluations)
     table = Table(
         title="evaluations (normalised [95% bootstrap interval over seeds])",
         title_justify="left",
@@ -138,11 +151,12 @@ def _evaluations_table(evaluations: list[dict]) -> Table:
         "random",
         "compile",
         "run",
+        *(("adaptation",) if adaptive else ()),
     ):
         table.add_column(
             column,
             justify="left" if column in ("purpose", "env", "stage") else "right",
-            no_wrap=column in ("purpose", "env", "return", "normalised"),
+            no_wrap=column in ("purpose", "env", "return", "normalised", "adaptation"),
         )
     for ev in evaluations:
         env = _env_label(ev)
@@ -153,7 +167,8 @@ def _evaluations_table(evaluations: list[dict]) -> Table:
                 ev["stage"],
                 str(len(ev["seeds"] or [])),
                 str(ev["total_timesteps"]),
-                f"{fmt(ev['mean'], 1)} ± {fmt(ev['std'], 1)}",
+                # meta-RL returns are per episode, often in [0, 1]: one decimal hides them
+                f"{fmt(ev['mean'], 3 if adaptive else 1)} ± {fmt(ev['std'], 3 if adaptive else 1)}",
                 fmt_interval(ev["normalised"], _row_interval(ev, "normalised"), 2)
                 if _row_interval(ev, "normalised")
                 else fmt(ev["normalised"]),
@@ -161,6 +176,7 @@ def _evaluations_table(evaluations: list[dict]) -> Table:
                 fmt(ev["random_mean"], 1),
                 fmt_seconds(ev["compile_s"]),
                 fmt_seconds(ev["run_s"]),
+                *((_adaptation_cell(ev.get("adaptation"), ev.get("scratch")),) if adaptive else ()),
             )
         )
     return table

@@ -67,7 +67,15 @@ def discover(
         None, "--task", help="What to discover: drift or optimizer."
     ),
     suite: Optional[str] = typer.Option(
-        None, "--suite", help="Environment suite: smoke, classic, minatar."
+        None,
+        "--suite",
+        help="Environment suite (smoke, classic, minatar, ...; a task family with --meta).",
+    ),
+    meta: Optional[str] = typer.Option(
+        None,
+        "--meta",
+        help="Score on a task family by adaptation: rl2 (the candidate is RL²'s outer PPO) or "
+        "maml (the candidate optimizer is MAML's inner rule).",
     ),
     proposer: Optional[str] = typer.Option(None, "--proposer", help="mutation (offline) or llm."),
     budget: Optional[int] = typer.Option(
@@ -207,6 +215,7 @@ def discover(
       metarl discover --lr-sweep 3 --lr-aggregation mean   # robust to the learning rate
 
       metarl discover --suite grid-small --curriculum groove   # levels drawn by regret
+      metarl discover --task optimizer --suite pendulum-tasks --meta maml   # adapts faster
 
       metarl discover --executor ray --ray-address 10.0.0.5:6379 --workers 8
 
@@ -237,6 +246,11 @@ def discover(
     }
     if max_time is not None:
         overrides["max_time"] = duration
+    if meta is not None:
+        # lazy: the suites module is light, but keep the CLI's import time as it is
+        from metarl.rl.suites import meta_suite_name
+
+        suite = meta_suite_name(suite or "", meta)
     fixed = {
         "task": task,
         "suite": suite,

@@ -35,8 +35,14 @@ def evaluate(
         DEFAULTS.suite,
         "--suite",
         "-s",
-        help="Environment suite: smoke, classic, minatar, or a distribution suite "
-        "(grid-small, grid-random, cartpole-params).",
+        help="Environment suite: smoke, classic, minatar, a distribution suite "
+        "(grid-small, grid-random, cartpole-params), or a meta-RL task family "
+        "(bandit-tasks, point-tasks, pendulum-tasks) with --meta.",
+    ),
+    meta: Optional[str] = typer.Option(
+        None,
+        "--meta",
+        help="Score on a task family by adaptation on held-out tasks: rl2 or maml.",
     ),
     seeds: Optional[int] = typer.Option(
         None, "--seeds", help="Number of training seeds (drawn); default: the suite's."
@@ -100,6 +106,7 @@ def evaluate(
       metarl evaluate metarl/tasks/drift/seed_programs/lpo.py --task drift --suite smoke
 
       metarl evaluate my_drift.py --task drift --suite classic --seeds 8
+      metarl evaluate ppo_clip.py --task drift --suite bandit-tasks --meta rl2
 
       metarl evaluate my_rule.py --task optimizer --json > outcome.json
 
@@ -115,14 +122,19 @@ def evaluate(
     # lazy: metarl.tasks imports jax; `metarl --help` and the archive commands stay fast
     from metarl.blackbox.config import LPG_TASK
     from metarl.evaluation.lpg_evaluation import lpg_evaluator
-    from metarl.rl.suites import get_suite, suite_names
+    from metarl.rl.suites import get_suite, meta_suite_name, meta_task_problem, suite_names
     from metarl.tasks import task_names
 
     known = [*task_names(), LPG_TASK]
     if task not in known:
         raise UserError(f"unknown task {task!r}; choose one of: {', '.join(known)}")
+    suite = meta_suite_name(suite, meta)
     if suite not in suite_names():
+        get_suite(suite)  # a task family without --meta says so
         raise UserError(f"unknown suite {suite!r}; choose one of: {', '.join(suite_names())}")
+    problem = meta_task_problem(task, suite)
+    if problem:
+        raise UserError(problem)
     sources = [_read_candidate(path) for path in paths]
     for name, value in (
         ("--seeds", seeds),

@@ -31,6 +31,7 @@ from metarl.cli.options import (
 )
 from metarl.evaluation.text import printable
 from metarl.logs import log_to_stderr
+from metarl.rl.suites import meta_suite_name, meta_task_problem
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +44,12 @@ def es(
         "(Learned Policy Gradient, on grid suites).",
     ),
     suite: Optional[str] = typer.Option(None, "--suite", help="Environment suite."),
+    meta: Optional[str] = typer.Option(
+        None,
+        "--meta",
+        help="With a task family suite (bandit-tasks, point-tasks, pendulum-tasks): score "
+        "members by adaptation under rl2 or maml (maml: --task optimizer).",
+    ),
     population: Optional[int] = typer.Option(None, "--population", help="ES population (even)."),
     generations: Optional[int] = typer.Option(
         None, "--generations", help="Generations (total over resumes)."
@@ -123,6 +130,7 @@ def es(
       metarl es --resume r4 --generations 20
 
       metarl es --task lpg --suite grid-random --curriculum groove --population 16
+      metarl es --suite bandit-tasks --meta rl2 --population 8    # LPO scored by adaptation
     """
     # lazy: the ES imports jax and evosax; `metarl --help` stays fast
     from metarl.archives.queries import leaderboard
@@ -132,6 +140,12 @@ def es(
     from metarl.blackbox.lpg_es import LPGRun
 
     log_to_stderr(verbose)
+    if meta is not None:
+        suite = meta_suite_name(suite or "", meta)
+    if suite is not None:
+        problem = meta_task_problem(task or "drift", suite)
+        if problem:
+            raise UserError(problem)
     chosen = {
         "task": task,
         "suite": suite,

@@ -40,7 +40,7 @@ from metarl.evaluation.seeds import SeedError, parse_seed_values
 from metarl.evaluation.settings import CascadeSettings, validate_rates
 from metarl.evaluation.text import redact_config
 from metarl.rl.curriculum import CURRICULA
-from metarl.rl.suites import SUITES, UnknownSuite, get_suite
+from metarl.rl.suites import SUITES, UnknownSuite, get_suite, meta_task_problem
 from metarl.tasks import UnknownTask, get_task
 
 
@@ -146,6 +146,9 @@ class DiscoverConfig:
             suite = get_suite(self.suite)
         except UnknownSuite as error:
             raise ConfigError(str(error)) from None
+        problem = meta_task_problem(self.task, self.suite)
+        if problem:
+            raise ConfigError(problem)
         if self.proposer not in PROPOSERS:
             raise ConfigError(
                 f"unknown proposer {self.proposer!r}; choose {' or '.join(PROPOSERS)}"

@@ -530,6 +530,8 @@ def _reference(runs: list[dict], random_return: float) -> Reference:
         "curve": [float(x) if math.isfinite(x) else None for x in curve],
         "curve_std": [float(x) if math.isfinite(x) else None for x in curve_std],
         "positive_value_loss": [_seed_value(run, "positive_value_loss") for run in runs],
+        "adaptation": _seed_curves(runs, "adaptation"),
+        "scratch": _seed_curves(runs, "scratch"),
         "compile_s": max(float(run.get("compile_s", 0.0)) for run in runs),
         "run_s": max(float(run.get("run_s", 0.0)) for run in runs),
     }
@@ -555,6 +557,30 @@ def _seed_value(run: dict, name: str) -> float | None:
     values = run.get(name) or [None]
     value = values[0]
     return float(value) if value is not None and math.isfinite(value) else None
+
+
+def _seed_curves(runs: list[dict], name: str) -> list[list[float | None]]:
+    """The one-seed runs' per-seed curve `name` (each run's only row), one row per run: a run
+    without one (cached before it was recorded) gets a row of None as long as the others'.
+
+    Args:
+        runs: one EnvRun dict per seed (cached baseline runs), in the batch's seed order.
+        name: a per-seed list-of-curves field of EnvRun: "adaptation" or "scratch".
+
+    Returns:
+        The rows, non-finite values as None; [] when no run has the curve (a run without
+        one, as PPO's).
+    """
+    rows = [(run.get(name) or [None])[0] for run in runs]
+    points = max((len(row) for row in rows if row is not None), default=0)
+    if not points:
+        return []
+    return [
+        [float(v) if v is not None and math.isfinite(v) else None for v in row]
+        if row is not None
+        else [None] * points
+        for row in rows
+    ]
 
 
 def _curve(run: dict, name: str) -> list[float]:

@@ -66,6 +66,15 @@ class EnvScore:
     # trainer (rl/ppo.py); here its mean over seeds. None when a seed's is undefined, and in
     # archives from before it was recorded.
     positive_value_loss: float | None = None
+    # a meta-RL run's adaptation curve on held-out tasks, its mean over seeds at each point
+    # (RL²: the return at each episode of a trial; MAML: after 0..K inner gradient steps); a
+    # point is None where no seed's value is finite. None for runs without one (PPO) and in
+    # archives from before it was recorded.
+    adaptation: list[float | None] | None = None
+    # PPO trained from scratch with the same experience on the same held-out tasks
+    # (rl/scratch.py): the adaptation curve's paired, candidate-independent reference, its mean
+    # over seeds at the same points (as many as `adaptation`'s). None as `adaptation`.
+    scratch: list[float | None] | None = None
 
     def __post_init__(self) -> None:
         if not self.role:  # rows from before roles: held out meant test
@@ -233,6 +242,98 @@ def positive_value_loss_of(value, seeds: int) -> float | None:
     return float(np.mean(values))
 
 
+# the most points an adaptation curve may have (episodes in a trial, or inner steps + 1)
+MAX_ADAPTATION_POINTS = 64
+# the curves an EnvScore may hold, each parsed by `curve_of`: the adaptation curve and its
+# from-scratch reference (same points)
+CURVES = ("adaptation", "scratch")
+
+
+def _curve_points(value, what: str) -> list[float | None]:
+    """One curve: a list of 1 to MAX_ADAPTATION_POINTS finite numbers or None."""
+    points = _numbers(value, what, allow_none=True, limit=MAX_ADAPTATION_POINTS)
+    if not points:
+        raise MalformedResult(f"{what} is an empty curve")
+    if any(v is not None and not math.isfinite(v) for v in points):
+        raise MalformedResult(f"{what} has a value that is not finite (send None)")
+    return points
+
+
+def curve_of(value, seeds: int, name: str) -> list[float | None] | None:
+    """A curve an EnvScore records (`name`: "adaptation" or "scratch", CURVES), read strictly
+    from a result message (the candidate's process writes it: nothing but the exact shape is
+    accepted).
+
+    Args:
+        value: either the per-seed curves of a trainer's EnvRun (a list of at most `seeds`
+            lists of equal length, each of at most MAX_ADAPTATION_POINTS finite numbers or
+            None; empty for a run without a curve), or the mean curve an EnvScore already
+            holds (one such list: the parent re-scoring a parsed score); absent (None) in
+            messages from before it was recorded.
+        seeds: the run's number of seeds (the most per-seed curves there may be).
+        name: the curve's field, as errors name it.
+
+    Returns:
+        The mean over seeds at each point (None where no seed's value is there), or None when
+        absent or empty.
+
+    Raises:
+        MalformedResult: anything else: not a list, too many points or seeds, a string, a
+            bool, a non-finite number, nesting other than one level of per-seed lists, or
+            per-seed curves of unequal length.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise MalformedResult(f"{name} is {type(value).__name__}, not a list")
+    if not value:
+        return None
+    if not any(isinstance(row, list) for row in value):
+        return _curve_points(value, name)
+    if not all(isinstance(row, list) for row in value):
+        raise MalformedResult(f"{name} mixes per-seed curves and numbers")
+    if len(value) > max(seeds, 0):
+        raise MalformedResult(f"{name} has {len(value)} per-seed curves for {seeds} seeds")
+    rows = [_curve_points(row, name) for row in value]
+    if len({len(row) for row in rows}) != 1:
+        raise MalformedResult(f"{name}'s per-seed curves differ in length")
+    mean = []
+    for point in zip(*rows):
+        known = [v for v in point if v is not None]
+        mean.append(float(np.mean(known)) if known else None)
+    return mean
+
+
+def curves_of(data: dict, seeds: int, mean_only: bool = False) -> dict[str, list | None]:
+    """Every curve of CURVES in `data` (a run's dict, or a score's) parsed by `curve_of`, and
+    checked as a pair: the from-scratch reference has the adaptation curve's points.
+
+    Args:
+        data: the run or score whose fields "adaptation" and "scratch" are read.
+        seeds: the run's number of seeds.
+        mean_only: a score's fields: one mean curve each, never per-seed curves.
+
+    Returns:
+        Name -> the mean curve or None.
+
+    Raises:
+        MalformedResult: a curve `curve_of` rejects, per-seed curves where `mean_only`, or
+            both curves present with different numbers of points.
+    """
+    out = {}
+    for name in CURVES:
+        value = data.get(name)
+        if mean_only and isinstance(value, list) and any(isinstance(v, list) for v in value):
+            raise MalformedResult(f"{name} is per-seed curves, not a score's mean curve")
+        out[name] = curve_of(value, seeds, name)
+    adaptation, scratch = out["adaptation"], out["scratch"]
+    if adaptation is not None and scratch is not None and len(adaptation) != len(scratch):
+        raise MalformedResult(
+            f"scratch has {len(scratch)} points, the adaptation curve {len(adaptation)}"
+        )
+    return out
+
+
 def _interval(value, what: str) -> list[float] | None:
     """None, or [low, high]: two finite numbers in order."""
     if value is None:
@@ -348,7 +449,8 @@ def env_score(
 
     Args:
         run: an EnvRun as a dict (env, seeds, total_timesteps, final_returns, curve, timings,
-            positive_value_loss: per seed, or its mean; see `positive_value_loss_of`).
+            positive_value_loss: per seed, or its mean; see `positive_value_loss_of`;
+            adaptation and scratch: per-seed curves, or their mean curves; see `curves_of`).
         baseline_mean: the baseline program's mean final return on the same config and seeds.
         random_mean: the uniform random policy's mean return on the env.
         role: the env's role in its suite (ROLES): test scores are never used for selection.
@@ -389,6 +491,7 @@ def env_score(
     ):
         raise MalformedResult("seeds is not a list of integers")
     value_loss = positive_value_loss_of(run.get("positive_value_loss"), len(seeds))
+    curves = curves_of(run, len(seeds))
     return EnvScore(
         env=run["env"],
         seeds=seeds,
@@ -412,6 +515,8 @@ def env_score(
         normalised_ci=list(interval) if interval is not None else None,
         published=published,
         positive_value_loss=value_loss,
+        adaptation=curves["adaptation"],
+        scratch=curves["scratch"],
     )
 
 
@@ -476,6 +581,8 @@ def _parse_env_score(data: dict) -> EnvScore:
     if isinstance(value, list):
         raise MalformedResult("positive_value_loss is list, not a number")
     known["positive_value_loss"] = positive_value_loss_of(value, 1)
+    # and the mean adaptation and scratch curves: one list of numbers or None each
+    known.update(curves_of(known, 1, mean_only=True))
     return EnvScore(**known)
 
 

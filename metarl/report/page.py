@@ -26,7 +26,7 @@ from pygments.lexers import DiffLexer, PythonLexer
 
 from metarl import __version__
 from metarl.archives.store import Archive
-from metarl.report import curriculum, figures
+from metarl.report import adaptation, curriculum, figures
 from metarl.report.comparison import Comparison, compare_runs
 from metarl.report.settings import ReportError, ReportSettings
 from metarl.report.story import RunStory, run_story
@@ -100,8 +100,9 @@ def run_figures(story: RunStory, settings: ReportSettings) -> dict:
 
     Returns:
         Section name -> figure; with `drawn` (fitness points drawn), when the run has a
-        candidate with a test score `gap_drawn` (train-vs-test points drawn), and with a
-        curriculum `curriculum_drawn` (generations drawn).
+        candidate with a test score `gap_drawn` (train-vs-test points drawn), with a
+        curriculum `curriculum_drawn` (generations drawn), and with adaptation curves
+        `adaptation_drawn` (environments drawn).
     """
     prefix = story.header.id
     fitness, drawn = figures.fitness_over_evaluations(story, settings.max_points)
@@ -125,6 +126,9 @@ def run_figures(story: RunStory, settings: ReportSettings) -> dict:
             story.curriculum, story.header.config.get("curriculum"), settings.max_points
         )
         out["curriculum"] = _figure(plot, f"{prefix}-curriculum-plot")
+    if story.adaptation:
+        plot, out["adaptation_drawn"] = adaptation.adaptation_figure(story.adaptation)
+        out["adaptation"] = _figure(plot, f"{prefix}-adaptation-plot")
     if story.grpo_steps:
         out["grpo"] = _figure(figures.grpo_steps(story.grpo_steps), f"{prefix}-grpo-plot")
     return out
@@ -255,7 +259,10 @@ def write_report(
         compare_runs(archive, run_ids, limit=max(20, settings.top)) if len(run_ids) > 1 else None
     )
     shown = run_ids[: settings.max_stories] if comparison is not None else run_ids
-    stories = [run_story(archive, run_id, settings) for run_id in shown]
+    stories = [
+        adaptation.with_adaptation(archive, run_story(archive, run_id, settings))
+        for run_id in shown
+    ]
     text = render(stories, comparison, settings, str(archive.path), run_ids[len(shown) :])
     _write_atomically(out, text)
     seconds = (datetime.now(timezone.utc) - start).total_seconds()

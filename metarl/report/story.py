@@ -17,6 +17,7 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from metarl.archives.queries import (
     LeaderRow,
@@ -51,6 +52,9 @@ from metarl.rl.distributions import EnvDistribution
 from metarl.rl.suites import get_suite
 from metarl.tasks import UnknownTask, get_task
 from metarl.tasks.candidate import source_hash
+
+if TYPE_CHECKING:  # annotation only: adaptation.py imports this module
+    from metarl.report.adaptation import AdaptationCurve
 
 # what a task's normalised scores are relative to (1.0), as the page says it
 REFERENCES = {LPG_TASK: "the reference (actor-critic)"}
@@ -250,6 +254,9 @@ class RunStory:
     # an LPG run's best export on the test role (the held-out tabular levels, Catch, CartPole)
     heldout_levels: Curves | None = None
     reference: str = "PPO"  # what normalised scores are relative to (REFERENCES)
+    # a meta-RL run's adaptation curves on the held-out roles (report/adaptation.py, which
+    # page.write_report attaches); empty for runs without them
+    adaptation: list[AdaptationCurve] = field(default_factory=list)
 
 
 def _label(row: dict) -> str:

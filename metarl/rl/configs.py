@@ -20,6 +20,8 @@ import hashlib
 import json
 from dataclasses import dataclass
 
+from metarl.rl.meta_names import UnknownMetaEnv, is_meta, parse_meta
+
 
 @dataclass(frozen=True)
 class PPOConfig:
@@ -96,11 +98,86 @@ MINATAR_LEARNING_RATES = {
 }
 
 
+# meta-RL (meta_names.py: `Meta-<method>/<family>/<role>`). RL²: one trial per env per update
+# (num_steps = the family's trial length); MAML: num_envs tasks per meta-update, num_steps =
+# (inner steps + 1) x episodes x horizon, the env steps one task costs (so steps count true
+# experience). Tuned on training tasks only (benchmarks/meta_rl.py, RESULTS.md).
+META_CONFIGS: dict[tuple[str, str], dict] = {
+    ("rl2", "bandit-tasks"): dict(
+        total_timesteps=200_000,
+        num_envs=64,
+        num_steps=10,
+        lr=3e-3,
+        hidden_size=32,
+        gamma=0.9,
+        ent_coef=0.01,
+    ),
+    ("rl2", "point-tasks"): dict(
+        total_timesteps=400_000,
+        num_envs=32,
+        num_steps=60,
+        lr=1e-3,
+        hidden_size=64,
+    ),
+    ("rl2", "pendulum-tasks"): dict(
+        total_timesteps=800_000,
+        num_envs=16,
+        num_steps=200,
+        lr=1e-3,
+        hidden_size=64,
+    ),
+    ("maml", "bandit-tasks"): dict(
+        total_timesteps=200_000,
+        num_envs=16,
+        num_steps=2 * 16 * 1,
+        lr=1e-2,
+        hidden_size=32,
+        num_layers=1,
+        anneal_lr=False,
+    ),
+    ("maml", "point-tasks"): dict(
+        total_timesteps=400_000,
+        num_envs=16,
+        num_steps=2 * 10 * 20,
+        lr=1e-2,
+        hidden_size=32,
+        num_layers=1,
+        anneal_lr=False,
+    ),
+    ("maml", "pendulum-tasks"): dict(
+        total_timesteps=800_000,
+        num_envs=8,
+        num_steps=2 * 5 * 100,
+        lr=1e-2,
+        hidden_size=32,
+        num_layers=1,
+        anneal_lr=False,
+    ),
+}
+
+# MAML's inner loop per family: steps K, the inner rule's step size, episodes per step (the
+# `num_steps` above is (K + 1) x episodes x horizon and must agree; tests check it). First
+# order in suites: the inner rule is candidate code, and differentiating *through* it breaks
+# where the rule is fine (Adam's sqrt(v) has an infinite derivative at v = 0, reached whenever
+# a task's batch has equal returns: NaN at the 3rd meta-update on bandit-tasks); second order
+# is the learner's default (maml.MAMLSettings), used with SGD by benchmarks/meta_rl.py.
+MAML_SETTINGS: dict[str, dict] = {
+    "bandit-tasks": dict(inner_steps=1, inner_lr=0.1, episodes=16, first_order=True),
+    "point-tasks": dict(inner_steps=1, inner_lr=0.1, episodes=10, first_order=True),
+    "pendulum-tasks": dict(inner_steps=1, inner_lr=0.1, episodes=5, first_order=True),
+}
+
+
 def default_config(env_name: str, **overrides) -> PPOConfig:
     """The tuned PPO config for `env_name` (a variant `Base:field=value` gets its base's),
     with `overrides` applied on top."""
     family = env_name.partition(":")[0]
-    if family in MINATAR_LEARNING_RATES:
+    if is_meta(env_name):
+        meta = parse_meta(env_name)
+        if (meta.method, meta.family) not in META_CONFIGS:
+            raise UnknownMetaEnv(f"no meta-RL settings for {meta.family!r} under {meta.method}")
+        base = dict(CLASSIC_CONTROL, **META_CONFIGS[(meta.method, meta.family)])
+    elif family in MINATAR_LEARNING_RATES:
         base = dict(MINATAR, lr=MINATAR_LEARNING_RATES[family])
     elif family.endswith("-MinAtar"):
         base = dict(MINATAR, lr=3e-3)

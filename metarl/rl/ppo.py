@@ -36,6 +36,7 @@ import optax
 from metarl.rl.components import Components, Schedule
 from metarl.rl.configs import PPOConfig
 from metarl.rl.environments import make_env
+from metarl.rl.meta_names import META_PREFIX
 from metarl.rl.networks import ActorCritic, entropy, log_prob, sample_action
 
 
@@ -98,6 +99,10 @@ class TrainResult(NamedTuple):
     min_drift: jax.Array  # scalar: the smallest drift value of any minibatch of the run
     final_return: jax.Array  # scalar: see `final_return` in make_train
     positive_value_loss: jax.Array  # scalar: mean max(A, 0) over the tail's updates (NaN: none)
+    # meta-RL only (meta_loop.py): the adaptation curve on held-out tasks; None for PPO
+    adaptation: Any = None
+    # meta-RL only: PPO from scratch with the same experience on the same held-out tasks
+    scratch: Any = None
 
 
 def learning_rate_schedule(config: PPOConfig, lr: jax.Array | float | None = None) -> Schedule:
@@ -190,6 +195,11 @@ def make_trainer(
     trains: the first update whose loss, parameters or optimizer state stop being finite, and
     the first update in which the drift goes below -NEGATIVE_DRIFT_TOLERANCE.
     """
+    if config.env_name.startswith(META_PREFIX):
+        # lazy: meta-RL learners build on this module (TrainResult, Trainer)
+        from metarl.rl.meta_envs import make_meta_env_trainer
+
+        return make_meta_env_trainer(config, components, lr)
     env = make_env(config.env_name)
     network = ActorCritic(
         num_actions=env.num_actions,

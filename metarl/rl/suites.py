@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from metarl.errors import USAGE, MetarlError
-from metarl.rl.configs import PPOConfig, default_config
+from metarl.rl.configs import META_CONFIGS, PPOConfig, default_config
 from metarl.rl.distributions import DISTRIBUTIONS, TEST_SEEDS, VALIDATION_SEEDS, EnvDistribution
+from metarl.rl.meta_names import METHODS, MetaEnv
 
 # the five tabular levels of the LPG paper (rl/levels.py)
 TABULAR_LEVELS = ("Grid-dense", "Grid-sparse", "Grid-long", "Grid-longer", "Grid-long_dense")
@@ -118,6 +119,79 @@ def _drawn_suite(name: str) -> Suite:
     )
 
 
+# meta-RL task families (rl/meta_tasks.py) and what a trial is on each
+TASK_FAMILIES = {
+    "bandit-tasks": "two-armed bandits (p, 1-p), trials of 10 pulls",
+    "point-tasks": "2D navigation to a hidden goal (MAML's), trials of 3 x 20 steps",
+    "pendulum-tasks": "Pendulum with drawn gravity, mass, length; trials of 2 x 100 steps",
+}
+META_METHODS = {
+    "rl2": "RL² (a GRU policy trained by PPO across trials; the candidate is its outer loop)",
+    "maml": "MAML (policy-gradient inner steps; the candidate optimizer is the inner rule)",
+}
+META_SEPARATOR = "@"
+
+
+def _meta_suite(family: str, method: str) -> Suite:
+    """A meta-RL suite `<family>@<method>`: each role is one meta-training run on the family,
+    scored by the mean adaptation curve on that role's held-out tasks (rl/meta_loop.py)."""
+    name = META_SEPARATOR.join((family, method))
+    total = META_CONFIGS[(method, family)]["total_timesteps"]
+    return Suite(
+        name,
+        envs=(MetaEnv(method, family, "train").name,),
+        total_timesteps=total,
+        short_budget=total // 4,
+        validation=(MetaEnv(method, family, "validation").name,),
+        heldout=(MetaEnv(method, family, "test").name,),
+        default_seeds=4,
+        description=f"{TASK_FAMILIES[family]}: {META_METHODS[method]}; scored by adaptation "
+        "on held-out tasks",
+    )
+
+
+def meta_suite_name(suite: str, meta: str | None) -> str:
+    """The suite `--suite SUITE --meta METHOD` names: `<family>@<method>`.
+
+    Args:
+        suite: a suite name, a task family (`pendulum-tasks`) or a meta suite (`x@maml`).
+        meta: `rl2`, `maml`, or None (the suite as given).
+
+    Raises:
+        UnknownSuite: --meta on a suite that is not a task family, or an unknown method.
+    """
+    if meta is None:
+        return suite
+    if meta not in METHODS:
+        raise UnknownSuite(f"unknown --meta {meta!r}; choose one of: {', '.join(METHODS)}")
+    family = suite.partition(META_SEPARATOR)[0]
+    if family not in TASK_FAMILIES:
+        raise UnknownSuite(
+            f"--meta needs a task family suite ({', '.join(TASK_FAMILIES)}), not {suite!r}"
+        )
+    return META_SEPARATOR.join((family, meta))
+
+
+def is_meta_suite(name: str) -> bool:
+    return name.partition(META_SEPARATOR)[2] in META_METHODS
+
+
+def meta_task_problem(task: str, suite: str) -> str | None:
+    """Why `task` cannot be scored on `suite`, or None when it can.
+
+    MAML's inner loop is a policy-gradient step on fresh rollouts (ratio 1), where a drift's
+    value and gradient are zero by its contract: the inner rule there is an optimizer.
+    """
+    if task == "drift" and suite.endswith(META_SEPARATOR + "maml"):
+        return (
+            "--meta maml scores an optimizer (MAML's inner rule); a drift has nothing to shape "
+            "in a one-step policy gradient: use --task optimizer, or --meta rl2 for a drift"
+        )
+    if task == "lpg" and is_meta_suite(suite):
+        return "an LPG network is scored on grid and classic suites, not on a meta-RL suite"
+    return None
+
+
 SUITES: dict[str, Suite] = {
     suite.name: suite
     for suite in (
@@ -176,6 +250,7 @@ SUITES: dict[str, Suite] = {
             },
         ),
         *(_drawn_suite(name) for name in ("grid-small", "grid-random", "cartpole-params")),
+        *(_meta_suite(family, method) for family in TASK_FAMILIES for method in META_METHODS),
     )
 }
 
@@ -207,6 +282,8 @@ def published_returns(env_name: str) -> dict[str, float]:
 
 
 def get_suite(name: str) -> Suite:
+    if name in TASK_FAMILIES:
+        raise UnknownSuite(f"{name} is a task family: add --meta rl2|maml (or --suite {name}@rl2)")
     if name not in SUITES:
         raise UnknownSuite(f"unknown suite {name!r}; choose one of: {', '.join(SUITES)}")
     return SUITES[name]

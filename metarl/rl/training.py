@@ -20,6 +20,7 @@ import numpy as np
 
 from metarl.rl.configs import PPOConfig
 from metarl.rl.environments import make_env
+from metarl.rl.meta_names import is_meta
 from metarl.rl.ppo import Components, make_train, make_trainer
 
 
@@ -44,6 +45,14 @@ class EnvRun:
     # per seed: PLR's positive value loss, mean max(GAE advantage, 0) over the same last 10% of
     # updates (ppo.positive_value_loss); None where not finite; empty in runs cached before it
     positive_value_loss: list[float | None] = field(default_factory=list)
+    # per seed: a meta-RL run's adaptation curve on held-out tasks (RL²: the mean return at each
+    # episode of a trial; MAML: after 0..K inner gradient steps); None where not finite; empty
+    # for runs without one (PPO, and runs cached before it was recorded)
+    adaptation: list[list[float | None]] = field(default_factory=list)
+    # per seed: PPO trained from scratch with the same experience on the same held-out tasks
+    # (rl/scratch.py), the adaptation curve's paired, candidate-independent reference (same
+    # points); None where not finite; empty for runs without one
+    scratch: list[list[float | None]] = field(default_factory=list)
     extra: dict = field(default_factory=dict)
 
     @property
@@ -53,6 +62,17 @@ class EnvRun:
     @property
     def std(self) -> float:
         return float(np.std(self.final_returns))
+
+    @property
+    def adaptation_mean(self) -> list[float | None]:
+        """The adaptation curve's mean over seeds at each point, ignoring seeds whose value is
+        None there (None where no seed has one); [] for a run without a curve."""
+        return _curve_mean(self.adaptation)
+
+    @property
+    def scratch_mean(self) -> list[float | None]:
+        """The from-scratch reference curve's mean over seeds, as `adaptation_mean`."""
+        return _curve_mean(self.scratch)
 
     @property
     def steps_per_s(self) -> float:
@@ -121,7 +141,36 @@ def summarise(
         negative_drift_seed=negative_seed,
         min_drift=min_drift if math.isfinite(min_drift) else None,
         positive_value_loss=_nan_to_none(np.asarray(result.positive_value_loss)),
+        adaptation=_seed_curves(result, "adaptation"),
+        scratch=_seed_curves(result, "scratch"),
     )
+
+
+def _seed_curves(result, name: str) -> list[list[float | None]]:
+    """A vmapped result's per-seed curves `name` ("adaptation", "scratch"), None where not
+    finite; [] when the trainer records none (the field is absent or None: PPO, LPG).
+
+    Raises:
+        ValueError: curves that are not shaped [seeds, points].
+    """
+    value = getattr(result, name, None)
+    if value is None:
+        return []
+    curves = np.asarray(value, np.float64)
+    if curves.ndim != 2:
+        raise ValueError(f"{name} must be shaped [seeds, points], not {curves.shape}")
+    return [_nan_to_none(row) for row in curves]
+
+
+def _curve_mean(rows: list[list[float | None]]) -> list[float | None]:
+    """Per-seed curves' mean at each point, ignoring seeds whose value is None there (None
+    where no seed has one); [] without curves."""
+    if not rows:
+        return []
+    values = np.array([[math.nan if v is None else v for v in row] for row in rows], np.float64)
+    with warnings.catch_warnings():  # a point no seed has is NaN, then None
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return _nan_to_none(np.nanmean(values, axis=0))
 
 
 Select = Callable[[jax.Array], Components]
@@ -443,6 +492,11 @@ def run_sweep(
 @lru_cache(maxsize=None)
 def random_policy_return(env_name: str, episodes: int = 64, rng_seed: int = 0) -> float:
     """Mean episodic return of the uniform random policy, computed in JAX (cheap; memoised)."""
+    if is_meta(env_name):
+        # lazy: the meta-RL learners import this module's neighbours (ppo)
+        from metarl.rl.meta_envs import random_adaptation_return
+
+        return random_adaptation_return(env_name, rng_seed)
     env = make_env(env_name)
     horizon = env.max_steps or 1000
 

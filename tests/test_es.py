@@ -56,6 +56,9 @@ def test_zero_weight_network_trains_exactly_like_ppo_with_adam(make_meta_train, 
     ppo = jax.jit(jax.vmap(make_train(config)))(keys)
     meta = jax.jit(jax.vmap(make_meta_train(config), in_axes=(0, None)))(keys, zero_params())
     for name, a, b in zip(ppo._fields, ppo, meta):
+        if a is None or b is None:  # the meta-RL curves, which PPO does not record
+            assert a is None and b is None, name
+            continue
         assert np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True), name
 
 

@@ -6,11 +6,16 @@ from __future__ import annotations
 
 import json
 
+import jax
+import numpy as np
 import pytest
 from conftest import invoke, metarl_cli
 
+from metarl.evaluation.settings import CascadeSettings
+from metarl.evaluation.stages import plan_runs, train_baselines
 from metarl.rl.configs import META_CONFIGS, default_config
 from metarl.rl.meta_names import MetaEnv, UnknownMetaEnv, parse_meta
+from metarl.rl.meta_tasks import FAMILIES
 from metarl.rl.suites import (
     TASK_FAMILIES,
     UnknownSuite,
@@ -18,6 +23,7 @@ from metarl.rl.suites import (
     meta_suite_name,
     meta_task_problem,
 )
+from metarl.tasks import get_task
 
 DRIFT_SEED = "metarl/tasks/drift/seed_programs/ppo_clip.py"
 
@@ -146,3 +152,35 @@ def test_a_drift_is_scored_by_rl2_adaptation_in_the_sandbox_with_its_curves():
         # the score is the curve's mean, and the seed program is the baseline: exactly 1
         assert score["mean"] == pytest.approx(sum(score["adaptation"]) / 10, abs=1e-6)
         assert score["normalised"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_every_task_family_steps_inside_an_ahead_of_time_compiled_program(family):
+    # BatchProgram calls programs compiled ahead of time; a module-level jax.Array that the
+    # environment closes over becomes an extra program input such a call does not pass
+    # ("compiled for 27 inputs but called with 23"): families keep their constants numpy
+    tasks = FAMILIES[family]
+
+    def steps(key):
+        task = tasks.sample_task(key)
+        obs, state = tasks.env.reset_env(key, task)
+        for action in range(tasks.num_actions):
+            obs, state, reward, _, _ = tasks.env.step_env(key, state, action, task)
+        return obs, reward
+
+    key = jax.random.PRNGKey(0)
+    compiled = jax.jit(steps).lower(key).compile()
+    np.testing.assert_array_equal(compiled(key)[0], jax.jit(steps)(key)[0])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("suite", ["point-tasks@maml", "pendulum-tasks@rl2"])
+def test_the_baseline_of_a_meta_suite_trains_in_the_cascades_batch_program(suite):
+    settings = CascadeSettings(suite=suite, seeds=1, seed_values=(3,), total_timesteps=2000)
+    task = get_task("optimizer")
+    plan = plan_runs(settings)
+    baseline = train_baselines(task, settings, [entry.key for entry in plan], "cpu")
+    assert {run["env"] for run in baseline.runs} == {entry.config.env_name for entry in plan}
+    assert get_suite(suite).envs[0] in {run["env"] for run in baseline.runs}
+    for run in baseline.runs:
+        assert run["adaptation"] and run["scratch"] and run["nonfinite_update"] is None

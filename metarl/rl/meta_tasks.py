@@ -28,6 +28,7 @@ from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 from gymnax.environments import environment, spaces
 from gymnax.environments.classic_control import pendulum
@@ -95,8 +96,11 @@ class PointState:
     time: jax.Array
 
 
-# stay, up, right, down, left
-POINT_MOVES = 0.1 * jnp.asarray([[0, 0], [0, 1], [1, 0], [0, -1], [-1, 0]], jnp.float32)
+# stay, up, right, down, left. Module constants are numpy, not jax arrays: JAX 0.9 passes a
+# closed-over jax.Array to a jitted program as an extra input, which an ahead-of-time compiled
+# program (training.BatchProgram) is then called without ("compiled for 27 inputs but called
+# with 23"); a numpy constant is embedded in the program.
+POINT_MOVES = 0.1 * np.asarray([[0, 0], [0, 1], [1, 0], [0, -1], [-1, 0]], np.float32)
 
 
 class PointGoal(environment.Environment):
@@ -107,7 +111,7 @@ class PointGoal(environment.Environment):
         return PointTask(goal=jnp.asarray([0.3, -0.2], jnp.float32))
 
     def step_env(self, key, state, action, params):
-        position = state.position + POINT_MOVES[action]
+        position = state.position + jnp.asarray(POINT_MOVES)[action]
         reward = -jnp.linalg.norm(position - params.goal)
         state = PointState(position=position, time=state.time + 1)
         return self.get_obs(state), state, reward, self.is_terminal(state, params), {}
@@ -133,7 +137,7 @@ def sample_point(key: jax.Array) -> PointTask:
     return PointTask(goal=jax.random.uniform(key, (2,), jnp.float32, -0.5, 0.5))
 
 
-PENDULUM_TORQUES = jnp.asarray([-2.0, -1.0, 0.0, 1.0, 2.0], jnp.float32)
+PENDULUM_TORQUES = np.asarray([-2.0, -1.0, 0.0, 1.0, 2.0], np.float32)
 
 
 class DiscretePendulum(pendulum.Pendulum):
@@ -144,7 +148,7 @@ class DiscretePendulum(pendulum.Pendulum):
         return pendulum.EnvParams(max_steps_in_episode=100)
 
     def step_env(self, key, state, action, params):
-        return super().step_env(key, state, PENDULUM_TORQUES[action], params)
+        return super().step_env(key, state, jnp.asarray(PENDULUM_TORQUES)[action], params)
 
     def action_space(self, params=None) -> spaces.Discrete:
         return spaces.Discrete(len(PENDULUM_TORQUES))

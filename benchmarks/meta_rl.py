@@ -61,6 +61,9 @@ SGD_INNER_LR = {
     "bandit-tasks": 1.0,
     # -7.70±.16, -6.70±.15, -6.01±.11, -5.88±.13, -5.90±.09, -6.16±.10 (2 ~ 4: a plateau)
     "point-tasks": 2.0,
+    # --tune-inner-lr 0.1,0.5,2: -443±23, -461±40, -502±60; no step size gains anything within
+    # the inner step at this budget (before = after to 1%): the least harmful was taken
+    "pendulum-tasks": 0.1,
 }
 
 
@@ -100,6 +103,11 @@ def learner_of(kind: str, family, args, role: str, inner_lr: float | None = None
     if kind == "FO-MAML (Adam inner)":
         settings = maml_settings(family.name, eval_tasks=tasks)
         return config, make_maml_learner(config, Components(), family, settings, schedule)
+    if inner_lr is None and family.name not in SGD_INNER_LR:
+        raise SystemExit(
+            f"no SGD inner step chosen for {family.name}: run --tune-inner-lr on its train-role "
+            "tasks first and record the best in SGD_INNER_LR"
+        )
     lr = SGD_INNER_LR[family.name] if inner_lr is None else inner_lr
     settings = maml_settings(family.name, inner_lr=lr, first_order=False, eval_tasks=tasks)
     pretrained = kind == "pretrained"

@@ -208,6 +208,21 @@ def tree_bytes(root: Path) -> dict[str, bytes]:
     return out
 
 
+def cache_bytes(cache: Path) -> dict[str, bytes]:
+    """`tree_bytes` of the cache without the parent's in-flight commits: xla_cache writes an
+    entry as `xla/.staged-*.tmp` and renames it into place, so another evaluation running
+    beside this one (the parallel files) can leave one for an instant; it is never read."""
+    return {
+        name: data
+        for name, data in tree_bytes(cache).items()
+        if not (
+            name.startswith("xla/")
+            and Path(name).name.startswith(".staged-")
+            and name.endswith(".tmp")
+        )
+    }
+
+
 def stems_in(text: str) -> set[str]:
     return set(TAG.findall(text))
 
@@ -264,7 +279,7 @@ class World:
         self.db_bytes = self.db.read_bytes()
         self._listen()
         self.cwd_entries = set(os.listdir(self.cwd))
-        self.cache_snapshot = tree_bytes(self.cache)
+        self.cache_snapshot = cache_bytes(self.cache)
         self.home_entries = set(os.listdir(self.home)) if self.home.is_dir() else set()
         self.home_cache_existed = self.home_cache.is_dir()
         self.home_cache_entries = (
@@ -410,7 +425,7 @@ class World:
                     _unlink(self.home_cache / name)
         # the cache, byte for byte; trainers (which never run candidate Python, and which no
         # tracer can reach: tests/test_sandbox.py) may only *add* compiled programs under xla/
-        now = tree_bytes(self.cache)
+        now = cache_bytes(self.cache)
         self.cache_snapshot.update(
             {k: v for k, v in now.items() if k.startswith("xla/") and k not in self.cache_snapshot}
         )

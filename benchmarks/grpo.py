@@ -1,7 +1,7 @@
 """GRPO on the proposer with a real small model: where a step's time goes, and what training did
 to the proposer on held-out prompts.
 
-    python benchmarks/grpo.py                         # CPU: SmolLM2-135M, 4 steps (~25 min)
+    python benchmarks/grpo.py                         # CPU: SmolLM2-135M, 8 steps (~60 min)
     python benchmarks/grpo.py --model PATH --vllm     # a GPU: a larger model, vllm generation
 
 In one fresh archive:
@@ -29,8 +29,9 @@ import time
 from pathlib import Path
 
 from metarl.archives.store import Archive
+from metarl.grpo.progress import StepReport
 from metarl.grpo.settings import GRPOSettings
-from metarl.grpo.train import ProposerTraining, StepReport
+from metarl.grpo.train import ProposerTraining
 
 STAGES = ("parse", "static", "probes", "short", "full")
 
@@ -42,13 +43,22 @@ def main() -> None:
     parser.add_argument("--timesteps", type=int, default=20_000)
     parser.add_argument("--train-seeds", type=int, default=2)
     parser.add_argument("--budget", type=int, default=6, help="discover children (prompt source)")
-    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--generations", type=int, default=4)
-    parser.add_argument("--max-tokens", type=int, default=320)
-    parser.add_argument("--sft-steps", type=int, default=8)
-    parser.add_argument("--heldout-prompts", type=int, default=2)
+    parser.add_argument("--max-tokens", type=int, default=768)
+    parser.add_argument("--sft-steps", type=int, default=16)
+    parser.add_argument("--heldout-prompts", type=int, default=4)
+    parser.add_argument("--loss", default="grpo", choices=("grpo", "reinforce"))
+    parser.add_argument("--beta", type=float, default=0.0)
+    parser.add_argument("--resample", type=int, default=2)
+    parser.add_argument("--attempts", type=int, default=1)
     parser.add_argument("--vllm", action="store_true")
     parser.add_argument("--workdir", default=None)
+    parser.add_argument(
+        "--resume",
+        default=None,
+        help="continue GRPO run RUN of --workdir's archive (e.g. with fewer --steps: measure now)",
+    )
     args = parser.parse_args()
 
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="metarl-grpo-"))
@@ -58,14 +68,20 @@ def main() -> None:
     print(f"machine: {platform.node()} ({os.cpu_count()} cores); workdir {workdir}")
 
     start = time.perf_counter()
-    discover = [
-        *(sys.executable, "-m", "metarl.cli.app", "discover", "--suite", args.suite),
-        *("--timesteps", str(args.timesteps), "--seeds", str(args.train_seeds)),
-        *("--budget", str(args.budget), "--max-time", "none", "--no-live"),
-        *("--archive", str(archive_path)),
-    ]
-    subprocess.run(discover, check=True, capture_output=True, text=True)
-    print(f"prompt source: discover, {args.budget} children, {time.perf_counter() - start:.0f} s")
+    discover = (
+        None
+        if args.resume
+        else [
+            *(sys.executable, "-m", "metarl.cli.app", "discover", "--suite", args.suite),
+            *("--timesteps", str(args.timesteps), "--seeds", str(args.train_seeds)),
+            *("--budget", str(args.budget), "--max-time", "none", "--no-live"),
+            *("--archive", str(archive_path)),
+        ]
+    )
+    if discover is not None:
+        subprocess.run(discover, check=True, capture_output=True, text=True)
+        took = time.perf_counter() - start
+        print(f"prompt source: discover, {args.budget} children, {took:.0f} s")
 
     settings = GRPOSettings(
         model=args.model,
@@ -77,6 +93,10 @@ def main() -> None:
         max_completion_tokens=args.max_tokens,
         sft_steps=args.sft_steps,
         heldout_prompts=args.heldout_prompts,
+        loss=args.loss,
+        beta=args.beta,
+        resample=args.resample,
+        attempts=args.attempts,
         use_vllm=args.vllm,
         output_dir=str(workdir / "proposer"),
     ).resolved()
@@ -96,7 +116,8 @@ def main() -> None:
 
     with Archive(archive_path) as archive:
         started = time.perf_counter()
-        result = ProposerTraining(settings, archive, on_event=on_event).run()
+        training = ProposerTraining(settings, archive, resume=args.resume, on_event=on_event)
+        result = training.run()
         total = time.perf_counter() - started
     phases[clock["phase"]] = phases.get(clock["phase"], 0.0) + time.perf_counter() - clock["at"]
 
@@ -104,6 +125,11 @@ def main() -> None:
         f"\nrun {result.run_id}: {result.status}, {result.step} steps in {total:.0f} s; "
         f"zero-spread groups {result.zero_spread}/{result.groups}"
     )
+    with Archive(archive_path) as archive:
+        state = archive.get_run(result.run_id)["state"]
+    print(f"batches generated again for lack of spread: {state.get('resampled', 0)}")
+    # every step of the run, those of earlier sessions (a resumed run) included
+    reports = [StepReport(**step) for step in state.get("steps") or []]
     header = "| step | mean reward | " + " | ".join(STAGES) + " | zero-spread | generate s | "
     print(header + "evaluate s | update s | step s | tokens/s |")
     print("|" + "---|" * 13)

@@ -354,7 +354,7 @@ def test_an_archive_from_version_7_migrates_and_keeps_its_rows(tmp_path):
     db.conn.commit()
     db.conn.close()
     with Archive(path) as archive:
-        assert archive.schema_version == SCHEMA_VERSION == 8
+        assert archive.schema_version == SCHEMA_VERSION
         (row,) = archive.evaluations("old-0")
         assert row["adaptation"] is None and row["scratch"] is None
         assert (row["mean"], row["positive_value_loss"]) == (110.0, 0.5)

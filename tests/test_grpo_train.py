@@ -173,7 +173,8 @@ def test_a_resume_with_other_training_options_is_refused(resumed_run, tiny_model
 def test_train_proposer_command_runs_reports_zero_spread_and_the_table(
     tiny_model, seeded_archive, tmp_path, restore_logging
 ):
-    # the random tiny model writes no program: every group has zero spread, which is reported
+    # the random tiny model writes no program: every group has zero spread, which is reported,
+    # and the batch is generated again twice (the default --resample 2) before the update
     result = invoke(
         "train-proposer",
         *("--model", str(tiny_model), "--suite", "smoke", "--timesteps", "8192"),
@@ -182,7 +183,7 @@ def test_train_proposer_command_runs_reports_zero_spread_and_the_table(
         *("--archive", str(seeded_archive)),
     )
     assert result.exit_code == 0, result.output
-    assert "zero-spread groups 1/1" in result.output
+    assert "zero-spread groups 3/3, 2 batches generated again" in result.output
     assert "held-out prompts" in result.output and "trained" in result.output
     assert f"--model {tmp_path / 'p' / 'final'}" in result.output.replace("\n", "")
     again = invoke("eval-proposer", "r2", "--archive", str(seeded_archive))

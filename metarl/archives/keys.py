@@ -54,7 +54,8 @@ def eval_settings_key(task: str, settings: Any, identity: Mapping[str, Any]) -> 
     fields = dataclasses.asdict(settings) if dataclasses.is_dataclass(settings) else dict(settings)
     known = set(defaults())
     whole = CascadeSettings(**{**defaults(), **{k: v for k, v in fields.items() if k in known}})
-    for volatile in (*LIMIT_FIELDS, "seed_pool", "probe_seed"):
+    # nor does the near-duplicate threshold: whom a candidate duplicates is a run's own matter
+    for volatile in (*LIMIT_FIELDS, "seed_pool", "probe_seed", "behaviour_novelty"):
         fields.pop(volatile, None)
     if not fields.get("train_envs"):  # keys from before curricula stay as they were
         fields.pop("train_envs", None)

@@ -19,6 +19,7 @@ Tables (see DESIGN.md, "Archive"):
 - `calls`: one row per LLM round-trip (prompt, reply, model, tokens, cost, latency, error);
   candidates point at theirs through `prompt_id`/`reply_id`/`call_ids`.
 - `messages`: the conversation of a conversation-mode run, in order.
+- `guidance`: the versions of a discovery run's evolving prompt guidance (version 9).
 
 Version 2 adds the 95% bootstrap intervals over training seeds: `candidates.fitness_low`/
 `fitness_high`, `heldout_low`/`heldout_high` and their `confirmed_*` counterparts;
@@ -29,7 +30,8 @@ version 5 marks the evaluation keys written before the single evaluation identit
 version 6 adds the validation role (`_v6`) and the run's evaluation protocol; version 7
 `evaluations.positive_value_loss` (`_v7`); version 8 `evaluations.adaptation` and
 `evaluations.scratch` (`_v8`: JSON, a meta-RL run's mean adaptation curve and its from-scratch
-PPO reference).
+PPO reference); version 9 the `guidance` table (`_v9`: each version of a discovery run's
+evolving "what worked / what failed" prompt section; a child's `meta` names the version it saw).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from typing import Callable
 
 from sqlite_utils import Database
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 
 def _v1(db: Database) -> None:
@@ -334,6 +336,27 @@ def _v8(db: Database) -> None:
     _add_columns(db, "evaluations", {"adaptation": str, "scratch": str})
 
 
+def _v9(db: Database) -> None:
+    """The `guidance` table: one row per version of a discovery run's evolving guidance (the
+    prompt's "what worked / what failed" section, rewritten every few generations from the
+    run's archive: discovery/guidance.py), keyed by (run, version), with the generation after
+    which it was written, its text and its source ("rule" or "llm:<model>"). A resumed run
+    reads its latest version here instead of writing it again. Each child records the version
+    its proposal saw in `candidates.meta` (`{"guidance": N}`)."""
+    db["guidance"].create(
+        {
+            "run_id": str,
+            "version": int,
+            "generation": int,
+            "text": str,
+            "source": str,
+            "created_at": str,
+        },
+        pk=("run_id", "version"),
+        if_not_exists=True,
+    )
+
+
 # MIGRATIONS[i] takes an archive from version i to version i + 1. Append only; never drop.
-MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8]
+MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9]
 assert len(MIGRATIONS) == SCHEMA_VERSION

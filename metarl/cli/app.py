@@ -11,7 +11,7 @@ from __future__ import annotations
 import typer
 
 import metarl
-from metarl.cli import archive, discover, evaluate, grpo, methods, report
+from metarl.cli import archive, discover, evaluate, export, grpo, methods, report
 from metarl.cli.errors import Group
 from metarl.evaluation.text import printable
 from metarl.logs import log_to_stderr, scrub_records_with
@@ -58,7 +58,7 @@ app.command("leaderboard")(archive.leaderboard)
 app.command("show")(archive.show)
 app.command("lineage")(archive.lineage)
 app.command("runs")(archive.runs)
-app.command("export")(archive.export)
+app.command("export")(export.export)  # json/csv (archive.export) and trl datasets
 app.command("report")(report.report)
 
 

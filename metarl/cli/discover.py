@@ -115,6 +115,12 @@ def discover(
     children: Optional[int] = typer.Option(None, "--children", help="Children per generation."),
     islands: Optional[int] = typer.Option(None, "--islands", help="Number of islands."),
     population: Optional[int] = typer.Option(None, "--population", help="Members kept per island."),
+    guidance_every: Optional[int] = typer.Option(
+        None,
+        "--guidance-every",
+        help="Rewrite the prompt's what-worked/what-failed notes from the archive every N "
+        "generations (the LLM with --proposer llm, else a rule); 0: never.",
+    ),
     confirm: Optional[bool] = typer.Option(
         None,
         "--confirm/--no-confirm",
@@ -175,6 +181,13 @@ def discover(
     ),
     mode: Optional[str] = typer.Option(
         None, "--mode", help="population or conversation (--proposer llm)."
+    ),
+    model_choice: Optional[str] = typer.Option(
+        None,
+        "--model-choice",
+        help="How each LLM call's model is picked among several --model: bandit (Thompson "
+        "sampling on improvement per dollar, per second for unpriced models) or weights "
+        "(the fixed :weight shares).",
     ),
     llm_timeout: Optional[float] = typer.Option(
         None, "--llm-timeout", help="Seconds per LLM call."
@@ -262,7 +275,9 @@ def discover(
         "children": children,
         "islands": islands,
         "population": population,
+        "guidance_every": guidance_every,
         "mode": mode,
+        "model_choice": model_choice,
         "models": list(model) or None,
         "confirm": confirm,
         "confirm_seeds": confirm_seeds,
@@ -390,6 +405,7 @@ def _resume_config(archive_path: str, run_id: str, overrides: dict, fixed: dict)
     with Archive(archive_path, must_exist=True) as archive:
         run = archive.get_run(run_id)
     stored = upgrade_keys(run.get("config") or {})  # an older metarl's names (`seed`) too
+    stored.setdefault("model_choice", "weights")  # how a run from before the bandit chose
     for key, value in fixed.items():
         if value is not None and value != [] and stored.get(key) != value:
             raise ConfigError(
@@ -458,6 +474,7 @@ def run_discovery(
     from metarl.archives.queries import leaderboard, run_summary
     from metarl.archives.store import Archive
     from metarl.discovery.loop import DiscoveryLoop
+    from metarl.discovery.novelty import summary_line
     from metarl.evaluation.executors import connect_ray
     from metarl.report.page import default_path, write_report
     from metarl.report.settings import ReportError
@@ -491,6 +508,7 @@ def run_discovery(
     logger.info("run %s %s (%s)", result.run_id, result.status, result.reason)
     board = leaderboard(archive, run_id=result.run_id, limit=RUN_LEADERBOARD_ROWS)
     summary = run_summary(archive, result.run_id)
+    summary["near_duplicates"] = summary_line(loop.state.to_dict(), loop.config.to_dict())
     print_run_report(result, board, summary, elapsed, config.budget, archive_hint(archive_path))
     path = default_path([result.run_id], all_runs=False)
     if report:

@@ -11,6 +11,7 @@ import dataclasses
 import logging
 import signal
 import time
+from pathlib import Path
 from typing import Optional
 
 import typer
@@ -71,6 +72,30 @@ def train_proposer(
     steps: Optional[int] = typer.Option(None, "--steps", help="GRPO steps (total over resumes)."),
     lr: Optional[float] = typer.Option(None, "--lr", help="LoRA learning rate of GRPO."),
     beta: Optional[float] = typer.Option(None, "--beta", help="KL coefficient (0: no reference)."),
+    loss: Optional[str] = typer.Option(
+        None,
+        "--loss",
+        help="grpo (group-mean baseline, scaled; default) or reinforce (batch-mean baseline, "
+        "unscaled; with --beta, REINFORCE with a KL penalty).",
+    ),
+    resample: Optional[int] = typer.Option(
+        None,
+        "--resample",
+        help="Times a batch with no reward spread in any group is generated again (default 2).",
+    ),
+    attempts: Optional[int] = typer.Option(
+        None,
+        "--attempts",
+        help="Programs per trial, the model reading each verdict (multi-turn; default 1).",
+    ),
+    trial_reward: Optional[str] = typer.Option(
+        None,
+        "--trial-reward",
+        help="A trial's reward: best (default), last, or discounted (sum of d^t x reward_t).",
+    ),
+    trial_discount: Optional[float] = typer.Option(
+        None, "--trial-discount", help="d of --trial-reward discounted (default 0.9)."
+    ),
     lora_rank: Optional[int] = typer.Option(None, "--lora-rank", help="LoRA rank (peft)."),
     max_tokens: Optional[int] = typer.Option(
         None, "--max-tokens", help="Longest completion, in tokens."
@@ -78,6 +103,12 @@ def train_proposer(
     temperature: Optional[float] = typer.Option(None, "--temperature", help="Sampling."),
     sft_steps: Optional[int] = typer.Option(
         None, "--sft-steps", help="Supervised warm-start steps before GRPO (0: none)."
+    ),
+    sft_data: Optional[str] = typer.Option(
+        None,
+        "--sft-data",
+        help="Warm-start on this `metarl export RUN --format sft` file (JSONL) instead of the "
+        "source run's programs.",
     ),
     heldout_prompts: Optional[int] = typer.Option(
         None, "--heldout-prompts", help="Prompts kept out of training to measure the proposer."
@@ -134,6 +165,10 @@ def train_proposer(
 
       metarl train-proposer --resume r7 --steps 40
 
+      metarl train-proposer --sft-data r3-sft.jsonl --steps 10
+
+      metarl train-proposer --attempts 2 --trial-reward best --loss reinforce --beta 0.04
+
       metarl train-proposer --executor ray --ray-address 10.0.0.5:6379 --workers 4
     """
     log_to_stderr(verbose)
@@ -149,10 +184,16 @@ def train_proposer(
         "prompts_per_step": prompts_per_step,
         "lr": lr,
         "beta": beta,
+        "loss": loss,
+        "resample": resample,
+        "attempts": attempts,
+        "trial_reward": trial_reward,
+        "trial_discount": trial_discount,
         "lora_rank": lora_rank,
         "max_completion_tokens": max_tokens,
         "temperature": temperature,
         "sft_steps": sft_steps,
+        "sft_data": _sft_data(sft_data),
         "heldout_prompts": heldout_prompts,
         "rng_seed": rng_seed,
         "use_vllm": vllm,
@@ -191,7 +232,8 @@ def train_proposer(
         hint = archive_hint(archive)
         display.say(
             f"GRPO run {result.run_id} {result.status} ({result.reason}) after {elapsed:.0f} s: "
-            f"{result.step} steps; zero-spread groups {result.zero_spread}/{result.groups}"
+            f"{result.step} steps; zero-spread groups {result.zero_spread}/{result.groups}, "
+            f"{result.resampled} batches generated again for lack of spread"
         )
         if result.scores:
             display.console.print(score_table(result.scores, "the proposer on held-out prompts"))
@@ -284,7 +326,25 @@ def _settings(archive_path: str, resume: str | None, chosen: dict, budgets: dict
 
     fields = {f.name for f in dataclasses.fields(GRPOSettings)}
     values = run_options(archive_path, resume, chosen, budgets, fields)
-    return GRPOSettings(**values).resolved()
+    # a resumed run stored before an option existed keeps that option's legacy value
+    return (GRPOSettings.stored(values) if resume else GRPOSettings(**values)).resolved()
+
+
+def _sft_data(path: str | None) -> str | None:
+    """`--sft-data` as an absolute path (a resume elsewhere reads the same file), checked
+    now, before any run starts.
+
+    Raises:
+        ExportOptionError: the file is missing or is not an sft export (one line).
+    """
+    if path is None:
+        return None
+    # lazy: the dataset reader imports the task layer (jax); `metarl --help` stays fast
+    from metarl.grpo.export import read_sft_rows
+
+    resolved = str(Path(path).expanduser().resolve())
+    read_sft_rows(resolved)  # ExportOptionError: one line, before any run starts
+    return resolved
 
 
 def _rate(rate) -> str:

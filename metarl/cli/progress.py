@@ -188,6 +188,8 @@ def print_run_report(
         f"{result.candidates} candidates ({fates}{'; stopped ' + stopped if stopped else ''}); "
         f"best {result.best_id} ({fmt(result.best_fitness)})"
     )
+    if summary.get("near_duplicates"):  # discovery/novelty.py `summary_line`
+        say(summary["near_duplicates"])
     if result.status != "finished":
         extra = ""
         if "time budget" in result.reason:

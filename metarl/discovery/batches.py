@@ -94,12 +94,16 @@ class Batches:
         exclude_seeds: list[int] | None = None,
         final_rate: tuple[str | None, float] = (None, 1.0),
         train_envs: list[str] | None = None,
+        behaviours: dict[str, list] | None = None,
     ) -> list[Outcome]:
         """The Outcomes of the programs (`code`) of candidate rows `rows`, in order, in one
         batch; `known` maps behaviour fingerprints to the candidates that have them;
         `exclude_seeds`: training seeds the batch must not draw (a confirmation's);
         `final_rate`: the learning rate of a "final" measurement (`records.cascade_settings`);
-        `train_envs`: a curriculum's draw (the training envs of a "child" batch)."""
+        `train_envs`: a curriculum's draw (the training envs of a "child" batch);
+        `behaviours`: candidate id -> behaviour descriptor, for near-duplicates (passed to
+        the evaluator only when there are some: an evaluator without them needs no such
+        argument)."""
         if not rows:
             return []
         self.check()
@@ -110,6 +114,8 @@ class Batches:
         evaluate = functools.partial(
             evaluator.evaluate_batch, exclude_seeds=list(exclude_seeds or [])
         )
+        if behaviours:
+            evaluate = functools.partial(evaluate, known_behaviours=behaviours)
         future = self.pool.submit(evaluate, sources, self.task, known)
         wait(future, self.check)
         try:

@@ -108,10 +108,26 @@ class DiscoverConfig:
     curriculum_levels: int | None = None
     curriculum_buffer: int = 64
     dedup_retries: int = 3  # re-proposals when a proposal repeats an archived program
+    # rewrite the prompt's "what worked / what failed" notes from the archive every this many
+    # generations (discovery/guidance.py: the LLM proposer's model, else a rule); 0: never
+    guidance_every: int = 3
+    # near-duplicates, rejected before training (discovery/novelty.py, evaluation/
+    # near_duplicates.py). `code_novelty`: re-ask a proposal whose normalised code is at least
+    # this similar (0..1) to a program of the run that trained; 1.0: only the same program
+    # renamed/reformatted; 0: off. 0.995 keeps every one-edit mutation of a seed-sized program
+    # (<= 0.993 measured) and rejects one-token edits of programs over ~200 tokens only.
+    # `behaviour_novelty`: stop a candidate after the probes when its outputs on the probe
+    # batch are within this relative distance of a run candidate's; 0: off.
+    code_novelty: float = 0.995
+    behaviour_novelty: float = CascadeSettings.behaviour_novelty
     # LLM proposer (forwarded to build_llm_proposer by the proposer registry)
     models: list[str] = field(default_factory=list)
     api_base: str | None = None
     mode: str = "population"
+    # how each LLM call's model is picked among several `models`: "bandit" (Thompson sampling
+    # on improvement per dollar, per second for unpriced models: proposers/llm/bandit.py) or
+    # "weights" (the fixed `provider/model:weight` shares); a resume keeps the run's
+    model_choice: str = "bandit"
     llm_timeout: float = 120.0
     max_concurrency: int = 4
     temperature: float | None = None
@@ -159,6 +175,10 @@ class DiscoverConfig:
             raise ConfigError(str(error)) from None
         if self.mode not in ("population", "conversation"):
             raise ConfigError(f"unknown mode {self.mode!r}; choose population or conversation")
+        if self.model_choice not in ("bandit", "weights"):
+            raise ConfigError(
+                f"unknown model choice {self.model_choice!r}; choose bandit or weights"
+            )
         if PROPOSERS[self.proposer].needs_models and not self.models:
             raise ConfigError(
                 f"--proposer {self.proposer} needs at least one --model PROVIDER/MODEL"
@@ -172,6 +192,7 @@ class DiscoverConfig:
             ("tournament", self.tournament, 1),
             ("migration_interval", self.migration_interval, 1),
             ("dedup_retries", self.dedup_retries, 0),
+            ("guidance_every", self.guidance_every, 0),
             ("inspirations", self.inspirations, 0),
         ]
         for name, value, low in checks:
@@ -185,6 +206,11 @@ class DiscoverConfig:
             raise ConfigError(str(error)) from None
         if not 0.0 <= self.crossover <= 1.0:
             raise ConfigError(f"crossover must be a probability in [0, 1], got {self.crossover}")
+        if not (0.0 <= self.code_novelty <= 1.0 and self.behaviour_novelty >= 0.0):
+            raise ConfigError(
+                "code-novelty is a similarity in [0, 1] and behaviour-novelty a distance >= 0, "
+                f"got {self.code_novelty} and {self.behaviour_novelty}"
+            )
         for name in ("max_time", "max_cost", "timeout"):
             value = getattr(self, name)
             if value is not None and value <= 0:

@@ -13,7 +13,9 @@ one child per generation).
             score above the incumbent's races it on the suite's validation envs, on fresh
             seeds, round by round (`_race`), and displaces it only when significantly better;
             a new incumbent's test envs are then re-measured on fresh seeds (reported, never
-            read); truncation; migration
+            read); truncation; migration; every `guidance_every` generations the prompt's
+            "what worked / what failed" notes rewritten from the archive (guidance.py), once a
+            next generation is planned (a run's last generation costs no call for them)
 
 Exact resume. The run's state (state.py, `runs.state`) holds the generation counter, the islands,
 the numpy RNG state, the proposer's state, the budget spent, and the current generation's
@@ -32,13 +34,14 @@ from typing import Callable
 
 from metarl.archives.reuse import archived_score
 from metarl.archives.store import Archive, ArchiveError, decode_outcome
-from metarl.discovery import curriculum, planning, records, selection
+from metarl.discovery import curriculum, guidance, planning, records, selection
 from metarl.discovery.batches import Batches
 from metarl.discovery.config import DiscoverConfig
 from metarl.discovery.proposers.base import Proposal
 from metarl.discovery.runs import LoopError, RunBook, RunResult, Stop
 from metarl.discovery.state import STATE_VERSION, RunState, Slot
 from metarl.evaluation import roles
+from metarl.evaluation.near_duplicates import MAX_KNOWN_BEHAVIOURS, is_near
 from metarl.evaluation.outcome import Outcome
 from metarl.evaluation.seeds import draw_pool, pool_size
 from metarl.platform import device_description, evaluation_identity
@@ -208,6 +211,14 @@ class DiscoveryLoop:
     def _plan_generation(self) -> None:
         state = self.state
         generation = state.generation + 1
+        # the end of every `guidance_every`-th generation, once another one will read them: the
+        # prompt's notes rewritten from the archive and saved with the state (guidance.py)
+        written = guidance.write_due(
+            self.archive, self.config, self.proposer, self.book, state.generation
+        )
+        if written is not None:
+            text = f"guidance version {written.version} written ({written.source})"
+            self._emit("status", {"text": text})
         count = min(self.config.children, self.config.budget - state.planned)
         self._emit("status", {"text": f"generation {generation}: proposing {count} children"})
         plan = planning.plan_generation(
@@ -225,6 +236,7 @@ class DiscoveryLoop:
         )
         for slot in plan.slots:
             state.cost_usd += slot.cost_usd
+            state.near_duplicates_code += slot.near_duplicates  # saved with the plan
         if self.config.curriculum:  # this generation's training levels (discovery/curriculum.py)
             levels = curriculum.curriculum_of(self.config, state.curriculum)
             draw, plan.train_envs = curriculum.draw_levels(self.config, levels, generation)
@@ -252,7 +264,14 @@ class DiscoveryLoop:
                 pending.append((slot, row, self._settled(slot, row, key)))
         rows = [row for _, row, outcome in pending if outcome is None]
         known = self.archive.run_fingerprints(self.run_id) if rows else None
-        outcomes = iter(self.batches.evaluate("child", rows, known, train_envs=plan.train_envs))
+        behaviours = None
+        if rows and self.config.behaviour_novelty > 0:
+            behaviours = self.archive.run_behaviours(self.run_id, MAX_KNOWN_BEHAVIOURS)
+        outcomes = iter(
+            self.batches.evaluate(
+                "child", rows, known, train_envs=plan.train_envs, behaviours=behaviours
+            )
+        )
         for slot, row, outcome in pending:
             self._archive_child(row, slot.proposal, next(outcomes) if outcome is None else outcome)
 
@@ -263,8 +282,8 @@ class DiscoveryLoop:
         if proposal.code is None:
             reason = proposal.failure or "the proposer produced no program"
             return Outcome.failure("propose", reason)
-        if slot.duplicate_of:
-            reason = f"the same program as candidate {slot.duplicate_of}"
+        if slot.duplicate_of:  # the same program, or nearly (`duplicate_reason` says how near)
+            reason = slot.duplicate_reason or f"the same program as candidate {slot.duplicate_of}"
             return Outcome.failure("dedup", reason, duplicate_of=slot.duplicate_of)
         scored = archived_score(self.archive, row["code"], key, exclude_run=self.run_id)
         if scored is not None:
@@ -281,6 +300,8 @@ class DiscoveryLoop:
         messages = [*plan.messages, *planning.drain_messages(self.proposer)]
         plan.messages = []
         calls = records.call_records(proposal)
+        if is_near(outcome.stage, outcome.duplicate_of, outcome.reason):  # with the candidate
+            self.state.near_duplicates_behaviour += 1
         update = self.book.update()
         self.archive.record_candidate(
             row, outcome, calls=calls, messages=messages, run_update=update

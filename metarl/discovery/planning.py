@@ -1,6 +1,7 @@
 """Planning a generation: parents per child slot, one proposal request per slot, the proposals
 (concurrently when the proposer kind allows it), and re-proposals when a program repeats one the
-run already archived. Plain functions: what they need is passed in, the archive only read.
+run already archived, or nearly repeats one that trained (novelty.py). Plain functions: what
+they need is passed in, the archive only read.
 
 `plan_generation` is the whole step; it consumes the run's RNG exactly as an uninterrupted run
 would, so that a resumed run plans the same generations.
@@ -10,13 +11,15 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
+from metarl.archives.guidance import latest_guidance
 from metarl.archives.store import Archive, decode_outcome
 from metarl.discovery import selection
 from metarl.discovery.config import DiscoverConfig
+from metarl.discovery.novelty import CodeIndex, near_duplicate_reason, rejection_note
 from metarl.discovery.pool import DaemonPool
 from metarl.discovery.proposers import PROPOSERS
 from metarl.discovery.proposers.base import ParentInfo, Proposal, ProposalRequest
@@ -123,6 +126,33 @@ def propose_all(
         pool.shutdown()
 
 
+class Deduplicated(NamedTuple):
+    """A slot's proposal after deduplication."""
+
+    proposal: Proposal  # the last answer, carrying every attempt's LLM calls
+    retries: int  # re-proposals made
+    duplicate_of: str | None  # the candidate it still (nearly) repeats, or None
+    reason: str | None  # why, when it only nearly repeats it (None: the same program)
+    near_duplicates: int  # answers rejected as code near-duplicates (evaluations saved)
+
+
+def repeat_of(
+    code: str, known: dict[str, str], index: CodeIndex | None, threshold: float
+) -> tuple[str, float | None] | None:
+    """The candidate `code` repeats: (id, None) for the same normalised source (`known`:
+    source hash -> id), (id, similarity) for a program of `index` at least `threshold`
+    similar (novelty.py; threshold 0 or no index: not checked); None when it is new."""
+    digest = source_hash(code)
+    if digest in known:
+        return known[digest], None
+    if index is None or threshold <= 0 or not len(index):
+        return None
+    cid, similarity = index.nearest(code, at_least=threshold)
+    if cid is not None and similarity >= threshold:
+        return cid, similarity
+    return None
+
+
 def deduplicate(
     proposer: Any,
     request: ProposalRequest,
@@ -130,21 +160,33 @@ def deduplicate(
     known: dict[str, str],
     retries: int,
     kind: str,
-) -> tuple[Proposal, int, str | None]:
+    index: CodeIndex | None = None,
+    threshold: float = 0.0,
+) -> Deduplicated:
     """Re-ask (up to `retries` times, with derived RNG seeds) while the proposal repeats a
-    program in `known` (source hash -> candidate id). Returns the last proposal, carrying every
-    attempt's LLM calls, the number of re-proposals, and the id it still duplicates (or None)."""
-    attempts = [proposal]
-    duplicate_of = None
-    while proposal.code is not None and source_hash(proposal.code) in known:
-        if len(attempts) > retries:
-            duplicate_of = known[source_hash(proposal.code)]
+    program in `known` (source hash -> candidate id) or is a near-duplicate (similarity at
+    least `threshold`) of one in `index`; each re-ask's request says why the earlier answers
+    were rejected (`ProposalRequest.rejected`)."""
+    attempts, notes, near = [proposal], [], 0
+    duplicate_of = reason = None
+    while proposal.code is not None:
+        match = repeat_of(proposal.code, known, index, threshold)
+        if match is None:
             break
+        cid, similarity = match
+        near += similarity is not None
+        if len(attempts) > retries:
+            duplicate_of = cid
+            if similarity is not None:
+                reason = near_duplicate_reason(cid, similarity, threshold)
+            break
+        notes.append(rejection_note(cid, similarity))
         seed = (request.rng_seed * 7919 + len(attempts)) % (2**31 - 1)
-        proposal = propose_one(proposer, dataclasses.replace(request, rng_seed=seed), kind)
+        again = dataclasses.replace(request, rng_seed=seed, rejected=[*request.rejected, *notes])
+        proposal = propose_one(proposer, again, kind)
         attempts.append(proposal)
     proposal.calls = [c for p in attempts for c in p.calls]
-    return proposal, len(attempts) - 1, duplicate_of
+    return Deduplicated(proposal, len(attempts) - 1, duplicate_of, reason, near)
 
 
 def drain_messages(proposer: Any) -> list[dict]:
@@ -188,6 +230,8 @@ def plan_generation(
         first_island=(generation - 1) * config.children % len(islands),
     )
     best = parent_info(archive, incumbent) if incumbent else None
+    guidance = latest_guidance(archive, run_id)  # the run's notes so far (guidance.py)
+    version = guidance.version if guidance else None
     requests = [
         ProposalRequest(
             task=task,
@@ -197,21 +241,28 @@ def plan_generation(
             generation=generation,
             island=pick.island,
             rng_seed=pick.rng_seed,
+            guidance=guidance.text if guidance else None,
+            guidance_version=version,
         )
         for pick in picks
     ]
     kind = config.proposer
     proposals = propose_all(proposer, requests, concurrency(config, len(requests)), kind)
     known = archive.run_source_hashes(run_id)
+    threshold = config.code_novelty
+    programs = CodeIndex(archive.run_trained_programs(run_id)) if threshold > 0 else None
     slots = []
     for index, (pick, request, proposal) in enumerate(zip(picks, requests, proposals)):
         seq = next_seq + index
         cid = f"{run_id}-{seq}"
-        proposal, retries, duplicate_of = deduplicate(
-            proposer, request, proposal, known, config.dedup_retries, kind
+        deduplicated = deduplicate(
+            proposer, request, proposal, known, config.dedup_retries, kind, programs, threshold
         )
+        proposal, retries, duplicate_of = deduplicated[:3]
         if proposal.code is not None and duplicate_of is None:
             known[source_hash(proposal.code)] = cid
+            if programs is not None:  # a later slot of this generation must not repeat it
+                programs.add(cid, proposal.code)
         slots.append(
             Slot(
                 slot=index,
@@ -224,6 +275,9 @@ def plan_generation(
                 proposal=proposal,
                 duplicate_of=duplicate_of,
                 retries=retries,
+                guidance=version,
+                duplicate_reason=deduplicated.reason,
+                near_duplicates=deduplicated.near_duplicates,
             )
         )
     return Plan(generation=generation, slots=slots, messages=drain_messages(proposer))

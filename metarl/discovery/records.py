@@ -58,6 +58,7 @@ def cascade_settings(
         validation=validation,
         train=purpose in ("child", "seed") or (purpose == "confirm" and not validation),
         skip_short=config.skip_short if purpose == "child" else True,
+        behaviour_novelty=config.behaviour_novelty,
         unsafe_no_sandbox=config.unsafe_no_sandbox,
         # probe inputs: fresh (unpredictable) for drawn seeds; fixed with pinned seeds, so a
         # pinned run is reproducible to the last verdict
@@ -155,6 +156,8 @@ class RowMaker:
             "is_seed": 0,
             "proposer": proposal.proposer or proposer_name,
             "operator": proposal.operator or None,
+            # the guidance version its proposal saw (discovery/guidance.py); none before one
+            "meta": {"guidance": slot.guidance} if slot.guidance is not None else None,
         }
 
 

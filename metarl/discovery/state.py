@@ -19,7 +19,10 @@ STATE_VERSION = 1
 
 
 def proposal_to_dict(proposal: Proposal) -> dict:
-    return dataclasses.asdict(proposal)
+    data = dataclasses.asdict(proposal)
+    if data.get("parent_fitness") is None:  # unknown: the stored format stays as it was
+        data.pop("parent_fitness", None)
+    return data
 
 
 def proposal_from_dict(data: dict) -> Proposal:
@@ -42,6 +45,12 @@ class Slot:
     proposal: Proposal
     duplicate_of: str | None = None  # an archived candidate with the same source
     retries: int = 0  # re-proposals made because the proposal repeated an archived program
+    # why it is settled as `duplicate_of`'s duplicate when its program is only nearly the same
+    # (discovery/novelty.py); None: the same program
+    duplicate_reason: str | None = None
+    near_duplicates: int = 0  # proposals for this slot rejected as code near-duplicates
+    # the guidance version its proposal saw (discovery/guidance.py); None: before the first
+    guidance: int | None = None
 
     @property
     def cost_usd(self) -> float:
@@ -51,6 +60,11 @@ class Slot:
     def to_dict(self) -> dict:
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         data["proposal"] = proposal_to_dict(self.proposal)
+        # written once set: the format of a slot without near-duplicates or guidance stays as
+        # it was
+        for key in ("duplicate_reason", "near_duplicates", "guidance"):
+            if not data[key]:
+                del data[key]
         return data
 
     @classmethod
@@ -117,12 +131,20 @@ class RunState:
     # ({generation, replay, levels, scores, buffer: [[seed, score, staleness]...]}; the report)
     curriculum: dict | None = None
     curriculum_history: list[dict] = field(default_factory=list)
+    # near-duplicates rejected before training (evaluations saved): proposals whose code was
+    # nearly an archived program's (counted when planned), candidates stopped after the probes
+    # as behaving nearly like one (counted when archived, in the same transaction)
+    near_duplicates_code: int = 0
+    near_duplicates_behaviour: int = 0
 
     def to_dict(self) -> dict:
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         data["plan"] = self.plan.to_dict() if self.plan is not None else None
         if self.curriculum is None:  # a run without a curriculum keeps the format it had
             del data["curriculum"], data["curriculum_history"]
+        for key in ("near_duplicates_code", "near_duplicates_behaviour"):  # likewise, until
+            if not data[key]:  # a near-duplicate was rejected
+                del data[key]
         return data
 
     @classmethod

@@ -61,6 +61,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from typing import Callable, Sequence
 
+from metarl.evaluation.near_duplicates import KnownPrograms, known_programs
 from metarl.evaluation.outcome import (
     MalformedResult,
     Outcome,
@@ -187,7 +188,7 @@ class BatchTraining:
         task,
         batch: list,
         references: dict[str, Reference],
-        known: dict[str, str],
+        known: KnownPrograms | dict[str, str],
         announce: Callable[[object, str], None],
         isolate: bool = False,
     ) -> None:
@@ -199,7 +200,9 @@ class BatchTraining:
             task: the task.
             batch: the candidates, each with its artifact, probe seed and training seeds.
             references: the batch's references.
-            known: fingerprint -> candidate id (duplicates stop after the probes).
+            known: the run's fingerprints and behaviour descriptors (near_duplicates.py
+                KnownPrograms, or a fingerprint -> candidate id dict); duplicates and
+                near-duplicates stop after the probes.
             announce: `announce(candidate, stage)` as a candidate enters "short" or "full".
             isolate: compile each candidate's training program alone in the trainer.
         """
@@ -278,12 +281,14 @@ class BatchTraining:
 
     def _job(self, task, batch: list, seeds, references, known, isolate: bool) -> dict:
         """The trainer job of `batch` (an `evaluate` job) on training seeds `seeds`."""
+        known = known_programs(known)
         return {
             "kind": "evaluate",
             "task": task.name,
             "artifacts": [c.artifact for c in batch],
             "probe_seeds": [c.train_probe_seed for c in batch],
-            "known_fingerprints": known,
+            "known_fingerprints": known.fingerprints,
+            "known_behaviours": known.behaviours,
             "settings": self.batch_settings(batch[0].seeds.values).job_settings()
             if batch
             else None,

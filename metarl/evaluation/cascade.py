@@ -12,7 +12,8 @@ Each stage passes or stops the candidate with one clear reason, written for the 
    dtype, finite values and gradients, and meets the task's invariants. The candidate's
    behaviour fingerprint (a hash of its outputs, rounded to 4 significant digits, on the task's
    fixed probe batch) is taken here; when it matches one in `known_fingerprints` the evaluation
-   stops as a duplicate.
+   stops as a duplicate; so does one whose behaviour descriptor (near_duplicates.py) is within
+   `behaviour_novelty` of one in `known_behaviours` (a near-duplicate).
 3. **short run**: the first segment of the first training environment's full run, up to the
    short budget (`short_timesteps`, default the suite's `short_budget`, never more than the full
    budget), all seeds, the learning rate annealed over the whole run. The candidate stops here
@@ -85,6 +86,7 @@ from metarl.evaluation import baseline_cache
 from metarl.evaluation.artifact_precheck import precheck
 from metarl.evaluation.batch_training import BatchTraining, OnEvent, verify_outcome
 from metarl.evaluation.executors import ExecutorSettings, make_executor
+from metarl.evaluation.near_duplicates import KnownPrograms
 from metarl.evaluation.outcome import Outcome
 from metarl.evaluation.sandbox import WorkerResult, limits_dict
 from metarl.evaluation.seeds import SeedSource, TrainingSeeds
@@ -285,6 +287,7 @@ class Evaluator:
         progress: Callable[[int, str], None] | None = None,
         seeds: Sequence[int] | None = None,
         exclude_seeds: Sequence[int] = (),
+        known_behaviours: dict[str, list] | None = None,
     ) -> list[Outcome]:
         """Run the cascade on every source; one Outcome each, in order. Never raises for
         anything a candidate does.
@@ -310,6 +313,9 @@ class Evaluator:
                 "probes", "short" or "full".
             seeds: the training seed values to use (default: drawn).
             exclude_seeds: values a drawn set must avoid (a confirmation's earlier seeds).
+            known_behaviours: candidate id -> behaviour descriptor (Outcome.behaviour); a
+                candidate within `behaviour_novelty` of one stops after the probes as its
+                near-duplicate (evaluation/near_duplicates.py).
         """
         task_obj = _resolve_task(task)
         if seeds is None:
@@ -344,7 +350,7 @@ class Evaluator:
                     reason = f"the baseline could not be trained: {error}"
                     candidate.outcome = Outcome.evaluator_fault(reason)
             else:
-                known = known_fingerprints or {}
+                known = KnownPrograms(known_fingerprints or {}, known_behaviours or {})
                 slots = self._executor.slots
                 self._batches.train_shares(task_obj, ready, references, known, announce, slots)
         return [self._finish(candidate) for candidate in candidates]

@@ -10,6 +10,7 @@ from typing import Sequence
 
 import numpy as np
 
+from metarl.evaluation.near_duplicates import BEHAVIOUR_SIZE
 from metarl.evaluation.roles import env_per_seed
 from metarl.rl.scoring import (
     aggregate,
@@ -104,6 +105,9 @@ class Outcome:
     validation_ci: list[float] | None = None
     fingerprint: str | None = None  # hash of outputs on the task's fixed probe batch
     duplicate_of: str | None = None  # id of an archived candidate with the same fingerprint
+    # its outputs on that batch, squashed and folded to <= 64 numbers, to find near-duplicates
+    # (evaluation/near_duplicates.py); NaN/inf stay as they are (null in JSON)
+    behaviour: list[float] | None = None
     timings: dict[str, float] = field(default_factory=dict)  # stage or phase -> seconds
     stdout: str = ""  # the candidate's captured (truncated) output, for debugging only
     # how the sandbox ran it: which network isolation held, limits, probe seed, worker exit
@@ -562,6 +566,9 @@ def parse_outcome(data: object) -> Outcome:
         validation_ci=_interval(data.get("validation_ci"), "validation_ci"),
         fingerprint=data.get("fingerprint"),
         duplicate_of=data.get("duplicate_of"),
+        behaviour=None
+        if data.get("behaviour") is None
+        else _numbers(data["behaviour"], "behaviour", allow_none=True, limit=BEHAVIOUR_SIZE),
         timings={str(k): _number(v, "timing", allow_none=True) or 0.0 for k, v in timings.items()},
     )
 

@@ -83,6 +83,10 @@ class CascadeSettings:
     lr_aggregation: str = "best"  # a swept env's score: "best" rate or "mean" over the rates
     lr_scale: float = 1.0  # every env's tuned rate times this (the rate chosen on validation)
     skip_short: bool = False
+    # stop a candidate after the probes as a near-duplicate of a known one whose behaviour
+    # descriptor is within this relative distance (evaluation/near_duplicates.py); 0: off.
+    # Which candidates are known is the caller's (a run's own), so it is no part of a score.
+    behaviour_novelty: float = 1e-3
     probe_seed: int | None = None  # None: fresh random probe inputs for every evaluation
     cpu_s: float | None = SandboxLimits.cpu_s  # RLIMIT_CPU; None: timeout_s * cores + 60
     max_file_mb: int = SandboxLimits.max_file_mb  # RLIMIT_FSIZE: the most output a worker writes

@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from metarl.evaluation.near_duplicates import BehaviourIndex, behaviour_descriptor, near_reason
 from metarl.evaluation.outcome import EnvScore, Outcome, env_score, score_roles
 from metarl.evaluation.preflight import compile_group
 from metarl.evaluation.settings import CascadeSettings, PlannedRun, plan_runs
@@ -46,7 +47,7 @@ from metarl.rl.training import BatchProgram, EnvRun, random_policy_return
 from metarl.tasks import Task
 from metarl.tasks.behaviour import check_artifact
 from metarl.tasks.candidate import load_function
-from metarl.tasks.probing import describe_exception, fingerprint
+from metarl.tasks.probing import describe_exception, fingerprint_outputs, probe_outputs
 
 Report = Callable[..., None]  # report(event, **data): progress for the parent
 
@@ -193,9 +194,12 @@ def _prepare(
     report: Report,
     *,
     settings: CascadeSettings,
+    known_behaviours: BehaviourIndex | None = None,
 ) -> _Candidate | Outcome:
     """Stage 2 on one artifact: verify, probe, check per-sample behaviour at the training
-    sizes, fingerprint; an Outcome when it stops here.
+    sizes, fingerprint; an Outcome when it stops here (a duplicate of a known candidate: the
+    same fingerprint, or a behaviour descriptor within `settings.behaviour_novelty` of one in
+    `known_behaviours`).
 
     The function returned for training is built from the very programs the probes and the
     behavioural check (tasks/behaviour.py) ran: the trained function is the probed function.
@@ -225,13 +229,20 @@ def _prepare(
         outcome.timings["behaviour"] = time.perf_counter() - checked
         if task.fingerprint_inputs is not None:
             try:
-                outcome.fingerprint = fingerprint(function, task.fingerprint_inputs())
+                outputs = probe_outputs(function, task.fingerprint_inputs())
+                outcome.fingerprint = fingerprint_outputs(outputs)
+                outcome.behaviour = behaviour_descriptor(outputs)
             except Exception as error:  # ProbeFailure and the like
                 raise StageFailure(str(error)) from error
             report("fingerprint", index=index, fingerprint=outcome.fingerprint)
             if outcome.fingerprint in known_fingerprints:
                 outcome.duplicate_of = known_fingerprints[outcome.fingerprint]
                 raise StageFailure(f"behaves identically to candidate {outcome.duplicate_of}")
+            threshold = float(settings.behaviour_novelty)
+            near = known_behaviours.nearest(outcome.behaviour) if known_behaviours else None
+            if threshold > 0 and near is not None and near[1] <= threshold:
+                outcome.duplicate_of = near[0]
+                raise StageFailure(near_reason(near[0], near[1], threshold))
     except StageFailure as failure:
         outcome.reason = failure.reason
     except MemoryError:
@@ -338,6 +349,7 @@ def evaluate_artifacts(
     known_fingerprints: dict[str, str] | None = None,
     report: Report = ignore,
     isolate: bool = False,
+    known_behaviours: dict[str, list] | None = None,
 ) -> list[Outcome]:
     """Stages 2-4 for a batch of exported candidates; never executes candidate Python.
 
@@ -356,6 +368,8 @@ def evaluate_artifacts(
         platform: the JAX platform the artifacts were exported for.
         known_fingerprints: fingerprint -> candidate id; a candidate behaving like one of them
             stops after the probes as its duplicate.
+        known_behaviours: candidate id -> behaviour descriptor; a candidate within
+            `settings.behaviour_novelty` of one of them stops there too, as its near-duplicate.
         report: receives `stage`, `fingerprint` and `active` events (preflight.py), each with
             a candidate's `index` (`active`: whose programs run from now on, or None).
         isolate: compile each candidate's training program alone.
@@ -364,13 +378,22 @@ def evaluate_artifacts(
         One Outcome per artifact, in order.
     """
     known = known_fingerprints or {}
+    behaviours = BehaviourIndex(known_behaviours) if settings.behaviour_novelty > 0 else None
     outcomes: list[Outcome] = []
     alive: list[_Candidate] = []
     for index, (artifact, probe_seed) in enumerate(zip(artifacts, probe_seeds)):
         report("active", index=index, stage="probes")
         try:
             prepared = _prepare(
-                task, index, artifact, probe_seed, platform, known, report, settings=settings
+                task,
+                index,
+                artifact,
+                probe_seed,
+                platform,
+                known,
+                report,
+                settings=settings,
+                known_behaviours=behaviours,
             )
         finally:
             report("active", index=None)

@@ -234,6 +234,7 @@ def run(job: dict, report) -> dict:
         job.get("known_fingerprints") or {},
         report,
         isolate=job.get("isolate") is True,
+        known_behaviours=job.get("known_behaviours") or {},
     )
     return {"outcomes": [outcome.to_dict() for outcome in outcomes]}
 

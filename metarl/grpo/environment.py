@@ -69,12 +69,13 @@ class DiscoveryEnv:
             raise ValueError("attempts must be at least 1")
         self._rng = random.Random(self.rng_seed)
 
-    def reset(self, seed: int | None = None) -> list[dict[str, str]]:
-        """Start a trial: a prompt drawn from the rows; its chat messages. `seed` (the
-        environment protocol's name for an RNG seed) restarts the draws from it."""
+    def reset(self, seed: int | None = None, row: dict | None = None) -> list[dict[str, str]]:
+        """Start a trial: a prompt drawn from the rows (or `row`, when the trainer chose the
+        prompt); its chat messages. `seed` (the environment protocol's name for an RNG seed)
+        restarts the draws from it."""
         if seed is not None:
             self._rng = random.Random(seed)
-        self._row = self._rng.choice(self.rows)
+        self._row = dict(row) if row is not None else self._rng.choice(self.rows)
         self._dialogue = [dict(m) for m in self._row["prompt"]]
         self._attempt = 0
         parents = json.loads(self._row.get("parent_ids") or "[]")
@@ -88,13 +89,26 @@ class DiscoveryEnv:
         Raises:
             RuntimeError: step before reset, or after the trial is done.
         """
-        if self._row is None or self._attempt >= self.attempts:
-            raise RuntimeError("call reset() before step(), and again after a trial is done")
-        columns = {key: [value] for key, value in self._row.items() if key not in ("prompt",)} | {
-            "prompt": [list(self._dialogue)]
-        }
-        self.reward.score([reply], columns, self.step_count)
-        verdict = self.reward.last_verdicts[0]
+        self._check_open()
+        self.reward.score([reply], self.columns(), self.step_count)
+        return self.advance(self.reward.last_verdicts[0])
+
+    def columns(self) -> dict[str, list]:
+        """The archive columns of this trial's next program (its prompt is the dialogue so far),
+        as `CascadeReward.score` takes them for a batch of one."""
+        self._check_open()
+        columns = {key: [value] for key, value in self._row.items() if key != "prompt"}
+        return columns | {"prompt": [list(self._dialogue)]}
+
+    def advance(self, verdict) -> EnvStep:
+        """Take `verdict` (the reward's judgement of this trial's next reply, judged in a batch
+        with other trials' replies) as the step: the feedback becomes the next user message.
+
+        Raises:
+            RuntimeError: before reset, or after the trial is done.
+        """
+        self._check_open()
+        reply = verdict.reply
         self._attempt += 1
         done = self._attempt >= self.attempts
         self._dialogue.append({"role": "assistant", "content": reply})
@@ -107,6 +121,10 @@ class DiscoveryEnv:
             label=verdict.label,
             candidate_id=verdict.candidate_id,
         )
+
+    def _check_open(self) -> None:
+        if self._row is None or self._attempt >= self.attempts:
+            raise RuntimeError("call reset() before step(), and again after a trial is done")
 
     def _feedback(self, verdict, done: bool) -> str:
         task = self.reward.task

@@ -33,6 +33,7 @@ class StepReport:
     generate_s: float  # sampling the completions (transformers or vllm)
     evaluate_s: float  # the reward: extraction, the cascade, the archive
     update_s: float  # log-probabilities, loss, backward, optimiser step
+    resampled: int = 0  # generation batches generated again for lack of spread in this step
 
 
 class StepProgress(TrainerCallback):
@@ -43,7 +44,9 @@ class StepProgress(TrainerCallback):
         self.training = training
         self.reward = reward
         self.stopped: str | None = None
+        self.trainer = None  # the ProposerTrainer, once built: its count of resampled batches
         self._seen = 0
+        self._resampled = 0
         self._step_start = time.monotonic()
 
     def on_step_begin(self, args, state, control, **kwargs):
@@ -89,6 +92,10 @@ class StepProgress(TrainerCallback):
             evaluate_s=evaluate_s,
             update_s=max(0.0, seconds - generate_s - evaluate_s),
         )
+        resampled = getattr(self.trainer, "resampled", 0) - self._resampled
+        self._resampled += resampled
+        report.resampled = resampled
+        training.state.resampled += resampled
         training.state.step = state.global_step
         training.state.groups += groups
         training.state.zero_spread += zero

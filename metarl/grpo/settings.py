@@ -25,6 +25,19 @@ from metarl.rl.suites import UnknownSuite, get_suite
 from metarl.tasks import task_names
 
 VLLM_MODES = ("colocate", "server")
+LOSSES = ("grpo", "reinforce")  # grpo/trainer.py
+TRIAL_REWARDS = ("best", "last", "discounted")  # grpo/trials.py
+# options added after runs were archived, with the value that reproduces what such a run did:
+# a stored config without them means these values, and a value equal to its legacy one is left
+# out of the hash, so a run stored before them still resumes
+LEGACY = {
+    "loss": "grpo",
+    "resample": 0,
+    "attempts": 1,
+    "trial_reward": "best",
+    "trial_discount": 0.9,
+    "sft_data": None,
+}
 # options a resume may change: budgets and limits, never what defines the training
 BUDGETS = (
     "steps",
@@ -76,6 +89,18 @@ class GRPOSettings:
     steps: int = 20  # optimiser steps (total over resumes)
     lr: float = 1e-4  # LoRA learning rate
     beta: float = 0.0  # KL coefficient (0: no reference model, as trl's default)
+    # the policy-gradient baseline (grpo/trainer.py): "grpo" (group mean, scaled by the group's
+    # spread) or "reinforce" (the batch's mean, unscaled; with --beta, the LLM_RL seed's loss)
+    loss: str = "grpo"
+    # a generation batch whose every group has no reward spread is generated again this many
+    # times before the update (0: trl's behaviour, an update that learns nothing)
+    resample: int = 2
+    # multi-turn trials (grpo/trials.py): programs per trial, the model reading each verdict;
+    # 1 is single-turn GRPO. The trial's reward: "best" (its best program's), "last" (its last
+    # program's) or "discounted" (sum of trial_discount^t x reward of attempt t, t = 0..k-1)
+    attempts: int = 1
+    trial_reward: str = "best"
+    trial_discount: float = 0.9
     lora_rank: int = 16
     max_completion_tokens: int = 768
     temperature: float = 1.0
@@ -83,6 +108,9 @@ class GRPOSettings:
     # the supervised warm start (trl's SFTTrainer) on seed programs and passing candidates
     sft_steps: int = 20
     sft_lr: float = 2e-4
+    # the warm start's pairs from a `metarl export RUN --format sft` file (JSONL) instead of
+    # the prompt source's programs (grpo/export.py); None: built from the source run
+    sft_data: str | None = None
     # measuring the proposer before and after, on prompts training never sees
     heldout_prompts: int = 2
     rng_seed: int = 0
@@ -135,6 +163,14 @@ class GRPOSettings:
             (settings.steps >= 1, "--steps must be at least 1"),
             (settings.lr > 0 and settings.sft_lr > 0, "learning rates must be positive"),
             (settings.beta >= 0, "--beta must be >= 0"),
+            (settings.loss in LOSSES, f"--loss must be one of: {', '.join(LOSSES)}"),
+            (settings.resample >= 0, "--resample must be >= 0"),
+            (settings.attempts >= 1, "--attempts must be at least 1"),
+            (
+                settings.trial_reward in TRIAL_REWARDS,
+                f"--trial-reward must be one of: {', '.join(TRIAL_REWARDS)}",
+            ),
+            (0 < settings.trial_discount <= 1, "--trial-discount must be in (0, 1]"),
             (settings.lora_rank >= 1, "--lora-rank must be at least 1"),
             (settings.max_completion_tokens >= 16, "--max-tokens must be at least 16"),
             (settings.temperature > 0, "--temperature must be positive"),
@@ -177,9 +213,19 @@ class GRPOSettings:
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
+    @classmethod
+    def stored(cls, config: dict | None) -> "GRPOSettings":
+        """The settings of an archived run's `config`; an option it predates takes its legacy
+        value (what the run did before the option existed)."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in LEGACY.items() if k in known}
+        values.update({k: v for k, v in (config or {}).items() if k in known})
+        return cls(**values)
+
     def hash(self) -> str:
         """What defines the training (a resume must match it); budgets and limits may change."""
         fields = {k: v for k, v in self.to_dict().items() if k not in BUDGETS}
+        fields = {k: v for k, v in fields.items() if k not in LEGACY or v != LEGACY[k]}
         fields = redact_config(fields)  # as archived: a URL's credentials are never stored
         return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 

@@ -26,7 +26,7 @@ from typing import Any, Callable
 from datasets import Dataset
 from transformers import PreTrainedModel
 from transformers.trainer_utils import get_last_checkpoint
-from trl import GRPOConfig, GRPOTrainer
+from trl import GRPOConfig
 
 from metarl.archives.keys import eval_settings_key
 from metarl.archives.reuse import Scored, archived_score
@@ -35,6 +35,7 @@ from metarl.archives.runs import INTERRUPTED, RunSession, RunSpec, open_run
 from metarl.archives.store import Archive, ArchiveError, decode_outcome
 from metarl.evaluation.cascade import Evaluator
 from metarl.grpo import prompts as prompt_plan
+from metarl.grpo.export import read_sft_rows
 from metarl.grpo.measure import ProposerScore, measure_proposer
 from metarl.grpo.model import (
     device_kind,
@@ -48,6 +49,8 @@ from metarl.grpo.progress import StepProgress
 from metarl.grpo.rewards import CascadeReward, Verdict, reward_of
 from metarl.grpo.settings import GRPOSettings, TrainError
 from metarl.grpo.sft import warm_start
+from metarl.grpo.trainer import ProposerTrainer
+from metarl.grpo.trials import Generate, TrialReward, TrialRollout
 from metarl.platform import device_description, evaluation_identity
 from metarl.tasks import get_task
 
@@ -67,6 +70,7 @@ class TrainState:
     scores: dict = field(default_factory=dict)  # measurement label -> ProposerScore dict
     groups: int = 0
     zero_spread: int = 0
+    resampled: int = 0  # generation batches generated again for lack of reward spread
     checkpoint: str | None = None  # the final merged checkpoint
     steps: list = field(default_factory=list)  # per step: reward, pass rates, timing split
 
@@ -89,6 +93,7 @@ class TrainResult:
     checkpoint: str | None
     groups: int
     zero_spread: int
+    resampled: int  # generation batches generated again for lack of reward spread
     output_dir: str
 
 
@@ -106,6 +111,8 @@ class ProposerTraining:
             prompts -> prompt ids, completion ids, log-probabilities), e.g. a multi-turn
             rollout through `grpo.environment.DiscoveryEnv`; None: trl generates (transformers
             on a CPU, vllm with `use_vllm`).
+        generate: with `attempts` > 1, how each turn of a trial is written
+            (`grpo.trials.Generate`); None samples from the model being trained.
     """
 
     def __init__(
@@ -116,6 +123,7 @@ class ProposerTraining:
         on_event: Callable[[str, Any], None] | None = None,
         evaluator_factory: Callable = Evaluator,
         rollout_func: Callable | None = None,
+        generate: Generate | None = None,
     ):
         self.settings = settings
         self.archive = archive
@@ -123,6 +131,7 @@ class ProposerTraining:
         self.on_event = on_event or (lambda kind, data: None)
         self.evaluator_factory = evaluator_factory
         self.rollout_func = rollout_func
+        self.generate = generate
         self.task = get_task(settings.task)
         self.cascade = settings.cascade_settings()
         self.versions = evaluation_identity()  # what its evaluation keys are built on
@@ -148,7 +157,7 @@ class ProposerTraining:
         """
 
         def check(run: dict) -> None:
-            stored = GRPOSettings(**(run.get("config") or {}))
+            stored = GRPOSettings.stored(run.get("config"))
             self.output_dir = Path(stored.output_dir)
             self.settings.output_dir = stored.output_dir
             if stored.hash() != self.settings.hash():
@@ -400,7 +409,10 @@ class ProposerTraining:
         self.on_event("score", score)
 
     def _warm_start(self, network, tokenizer, plan) -> PreTrainedModel:
-        rows = prompt_plan.sft_rows(self.archive, self.task, plan)
+        if self.settings.sft_data:  # a `metarl export RUN --format sft` file
+            rows = read_sft_rows(self.settings.sft_data)
+        else:
+            rows = prompt_plan.sft_rows(self.archive, self.task, plan)
         steps = self.settings.sft_steps
         self.emit("status", f"supervised warm start: {steps} steps on {len(rows)} pairs")
         network = warm_start(
@@ -447,16 +459,32 @@ class ProposerTraining:
             vllm_server_base_url=settings.vllm_server_url,
         )
         progress = StepProgress(self, reward)
-        trainer = GRPOTrainer(
+        rollout, reward_funcs = self.rollout_func, reward
+        if settings.attempts > 1:  # trials of k programs (grpo/trials.py)
+            rollout = TrialRollout(
+                reward,
+                rows,
+                settings.attempts,
+                settings.trial_reward,
+                settings.trial_discount,
+                settings.max_completion_tokens,
+                settings.temperature,
+                generate=self.generate,
+            )
+            reward_funcs = TrialReward()
+        trainer = ProposerTrainer(
             model=network,
-            reward_funcs=reward,
+            reward_funcs=reward_funcs,
             args=config,
             train_dataset=Dataset.from_list(rows),
             processing_class=tokenizer,
             peft_config=lora_config(settings.lora_rank),
             callbacks=[progress],
-            rollout_func=self.rollout_func,
+            rollout_func=rollout,
+            loss=settings.loss,
+            resample=settings.resample,
         )
+        progress.trainer = trainer
         last = get_last_checkpoint(config.output_dir) if Path(config.output_dir).exists() else None
         self.emit("status", f"GRPO from step {self.state.step}" + (f" ({last})" if last else ""))
         trainer.train(resume_from_checkpoint=last)
@@ -480,6 +508,7 @@ class ProposerTraining:
             checkpoint=self.state.checkpoint,
             groups=self.state.groups,
             zero_spread=self.state.zero_spread,
+            resampled=self.state.resampled,
             output_dir=str(self.output_dir),
         )
 
@@ -514,7 +543,7 @@ def evaluate_proposers(
     run = archive.get_run(run_id)
     if (run.get("method") or "discovery") != METHOD:
         raise TrainError(f"run {run_id} is a {run.get('method')} run, not a GRPO run")
-    settings = GRPOSettings(**(run.get("config") or {}))
+    settings = GRPOSettings.stored(run.get("config"))
     state = TrainState.from_dict(run.get("state"))
     if not state.prompts or not state.prompts.get("heldout"):
         raise TrainError(f"run {run_id} has no held-out prompts (--heldout-prompts 0?)")

@@ -26,8 +26,9 @@ from pygments.lexers import DiffLexer, PythonLexer
 
 from metarl import __version__
 from metarl.archives.store import Archive
-from metarl.report import adaptation, curriculum, figures
+from metarl.report import adaptation, curriculum, figures, models
 from metarl.report.comparison import Comparison, compare_runs
+from metarl.report.guidance import GuidanceRow, guidance_of
 from metarl.report.settings import ReportError, ReportSettings
 from metarl.report.story import RunStory, run_story
 
@@ -102,7 +103,7 @@ def run_figures(story: RunStory, settings: ReportSettings) -> dict:
         Section name -> figure; with `drawn` (fitness points drawn), when the run has a
         candidate with a test score `gap_drawn` (train-vs-test points drawn), with a
         curriculum `curriculum_drawn` (generations drawn), and with adaptation curves
-        `adaptation_drawn` (environments drawn).
+        `adaptation_drawn` (environments drawn); with several LLMs `models`.
     """
     prefix = story.header.id
     fitness, drawn = figures.fitness_over_evaluations(story, settings.max_points)
@@ -129,6 +130,8 @@ def run_figures(story: RunStory, settings: ReportSettings) -> dict:
     if story.adaptation:
         plot, out["adaptation_drawn"] = adaptation.adaptation_figure(story.adaptation)
         out["adaptation"] = _figure(plot, f"{prefix}-adaptation-plot")
+    if story.models is not None:
+        out["models"] = _figure(models.models_figure(story.models), f"{prefix}-models-plot")
     if story.grpo_steps:
         out["grpo"] = _figure(figures.grpo_steps(story.grpo_steps), f"{prefix}-grpo-plot")
     return out
@@ -154,6 +157,7 @@ def render(
     settings: ReportSettings,
     archive_path: str,
     omitted: list[str],
+    guidance: dict[str, list[GuidanceRow]] | None = None,
 ) -> str:
     """The page as one HTML string.
 
@@ -163,9 +167,18 @@ def render(
         settings: what the sections show.
         archive_path: the archive the numbers come from (shown in the header).
         omitted: runs compared but not drawn in full (beyond `settings.max_stories`).
+        guidance: run id -> its guidance section's rows (report/guidance.py); none: no section.
     """
     template = _environment().get_template("report.html.j2")
-    runs = [{"story": s, "figures": run_figures(s, settings)} for s in stories]
+    guidance = guidance or {}
+    runs = [
+        {
+            "story": s,
+            "figures": run_figures(s, settings),
+            "guidance": guidance.get(s.header.id, []),
+        }
+        for s in stories
+    ]
     compare = None
     if comparison is not None:
         compare = {
@@ -260,10 +273,13 @@ def write_report(
     )
     shown = run_ids[: settings.max_stories] if comparison is not None else run_ids
     stories = [
-        adaptation.with_adaptation(archive, run_story(archive, run_id, settings))
+        models.with_models(
+            archive, adaptation.with_adaptation(archive, run_story(archive, run_id, settings))
+        )
         for run_id in shown
     ]
-    text = render(stories, comparison, settings, str(archive.path), run_ids[len(shown) :])
+    guidance = {run_id: guidance_of(archive, run_id) for run_id in shown}
+    text = render(stories, comparison, settings, str(archive.path), run_ids[len(shown) :], guidance)
     _write_atomically(out, text)
     seconds = (datetime.now(timezone.utc) - start).total_seconds()
     return ReportFile(path=out, bytes=len(text.encode()), runs=run_ids, seconds=seconds)

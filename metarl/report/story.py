@@ -37,6 +37,7 @@ from metarl.archives.report_rows import (
 )
 from metarl.archives.store import Archive
 from metarl.blackbox.config import LPG_TASK
+from metarl.discovery.novelty import summary_line
 from metarl.errors import MetarlError
 from metarl.evaluation.outcome import EVALUATOR_FAULT, STAGES
 from metarl.evaluation.text import redact_config, redact_secrets
@@ -53,8 +54,9 @@ from metarl.rl.suites import get_suite
 from metarl.tasks import UnknownTask, get_task
 from metarl.tasks.candidate import source_hash
 
-if TYPE_CHECKING:  # annotation only: adaptation.py imports this module
+if TYPE_CHECKING:  # annotation only: adaptation.py and models.py import this module
     from metarl.report.adaptation import AdaptationCurve
+    from metarl.report.models import ModelsSection
 
 # what a task's normalised scores are relative to (1.0), as the page says it
 REFERENCES = {LPG_TASK: "the reference (actor-critic)"}
@@ -230,6 +232,9 @@ class Header:
     host: str
     config: dict
     protocol: str = UNRECORDED  # the run's evaluation protocol (what its scores mean)
+    # evaluations saved by rejecting near-duplicates (discovery/novelty.py `summary_line`);
+    # "" for runs that do not count them
+    near_duplicates: str = ""
 
 
 @dataclass
@@ -257,6 +262,9 @@ class RunStory:
     # a meta-RL run's adaptation curves on the held-out roles (report/adaptation.py, which
     # page.write_report attaches); empty for runs without them
     adaptation: list[AdaptationCurve] = field(default_factory=list)
+    # a run with several LLMs: each one's share of the proposals and yield over generations
+    # (report/models.py, which page.write_report attaches); None for every other run
+    models: ModelsSection | None = None
 
 
 def _label(row: dict) -> str:
@@ -557,6 +565,7 @@ def header_of(run: dict, setting: Setting | None, protocol: str | None = None) -
         budget += f", at most {run['max_time_s']:g} s"
     if run.get("max_cost_usd"):
         budget += f", at most ${run['max_cost_usd']:g}"
+    state = run.get("state")
     return Header(
         id=run["id"],
         task=run.get("task") or "",
@@ -581,6 +590,7 @@ def header_of(run: dict, setting: Setting | None, protocol: str | None = None) -
         host=run.get("host") or "",
         config=config,
         protocol=protocol_label(protocol or run.get("protocol") or config.get("protocol")),
+        near_duplicates=summary_line(state if isinstance(state, dict) else None, config),
     )
 
 

@@ -161,6 +161,12 @@ def fingerprint_outputs(outputs: Any, digits: int = 4) -> str:
 
 def fingerprint(function: Callable, inputs: tuple) -> str:
     """Evaluate `function(*inputs)` under jit (non-array inputs are static) and hash the result."""
+    return fingerprint_outputs(probe_outputs(function, inputs))
+
+
+def probe_outputs(function: Callable, inputs: tuple) -> Any:
+    """`function(*inputs)` under jit (non-array inputs are static): the outputs `fingerprint`
+    hashes (the cascade also derives its behaviour descriptor from them)."""
 
     positions = [i for i, x in enumerate(inputs) if hasattr(x, "shape")]
 
@@ -170,10 +176,9 @@ def fingerprint(function: Callable, inputs: tuple) -> str:
             args[i] = array
         return function(*args)
 
-    outputs = call(
+    return call(
         "computing the behaviour fingerprint", jax.jit(traced), *[inputs[i] for i in positions]
     )
-    return fingerprint_outputs(outputs)
 
 
 def run_checks(checks: list[tuple[str, Callable[[list[str]], None]]]) -> ProbeReport:

@@ -48,6 +48,7 @@ def _llm(config) -> Any:
         "models": list(config.models),
         "api_base": config.api_base,
         "mode": config.mode,
+        "model_choice": config.model_choice,
         "timeout_s": config.llm_timeout,
         "max_concurrency": config.max_concurrency,
         "temperature": config.temperature,

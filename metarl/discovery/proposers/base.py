@@ -37,6 +37,13 @@ class ProposalRequest:
     generation: int = 0
     island: int = 0
     rng_seed: int = 0  # the proposer's randomness for this request; a run is reproducible
+    # when re-asked: one note per rejected earlier answer to this request, saying why it was
+    # not evaluated (a repeat or near-duplicate of an archived program; discovery/novelty.py)
+    rejected: list[str] = field(default_factory=list)
+    # the run's current "what worked / what failed" notes (discovery/guidance.py) and their
+    # version; None before the first (a proposer may ignore them: the mutation proposer does)
+    guidance: str | None = None
+    guidance_version: int | None = None
 
 
 @dataclass
@@ -63,6 +70,9 @@ class Proposal:
     operator: str = ""  # edit form: mutation kind, rewrite, diff, crossover
     failure: str | None = None  # why no code, when code is None
     calls: list[LLMCall] = field(default_factory=list)
+    # the best parent's training fitness when it was proposed (the incumbent's without a
+    # parent): what a model bandit measures the child's improvement against; None: unknown
+    parent_fitness: float | None = None
 
 
 class Proposer(Protocol):

@@ -4,6 +4,9 @@
 is only loaded when an LLM is asked for). Options, all optional but `models`:
 
 - models: ["provider/model" or "provider/model:weight", ...] (an ensemble when several)
+- model_choice: how each call's model is picked among several: "bandit" (bandit.py: Thompson
+  sampling on improvement per dollar, per second for unpriced models) or "weights" (the fixed
+  `:weight` shares)
 - api_base: an OpenAI-compatible server's URL (a local vLLM, llama.cpp, Ollama, the bundled
   `python -m metarl.discovery.proposers.llm.local_server`), or None
 - mode: "population" (one prompt per child) or "conversation" (one growing dialogue)
@@ -18,12 +21,14 @@ See docs/llm.md.
 
 from __future__ import annotations
 
+from metarl.discovery.proposers.llm.bandit import MODEL_CHOICES, ModelBandit
 from metarl.discovery.proposers.llm.client import LLMClient, LLMConfigError, parse_models
 from metarl.discovery.proposers.llm.proposer import MODES, LLMProposer
 
 DEFAULTS = {
     "api_base": None,
     "mode": "population",
+    "model_choice": "bandit",
     "timeout_s": 120.0,
     "max_retries": 4,
     "max_concurrency": 4,
@@ -47,13 +52,22 @@ def build_llm_proposer(options: dict) -> LLMProposer:
         raise LLMConfigError("the LLM proposer needs a model: --model PROVIDER/MODEL")
     if opts["mode"] not in MODES:
         raise LLMConfigError(f"unknown mode {opts['mode']!r}; choose one of: {', '.join(MODES)}")
+    if opts["model_choice"] not in MODEL_CHOICES:
+        raise LLMConfigError(
+            f"unknown model choice {opts['model_choice']!r}; choose one of: "
+            f"{', '.join(MODEL_CHOICES)}"
+        )
     for key in ("timeout_s", "max_concurrency", "history_token_budget"):
         if not float(opts[key]) > 0:
             raise LLMConfigError(f"{key} must be positive, got {opts[key]!r}")
     if int(opts["max_retries"]) < 0:
         raise LLMConfigError("max_retries must be >= 0")
+    specs = parse_models(models)
+    bandit = None
+    if opts["model_choice"] == "bandit" and len(specs) > 1:
+        bandit = ModelBandit.for_models([spec.model for spec in specs])
     client = LLMClient(
-        parse_models(models),
+        specs,
         api_base=opts["api_base"],
         timeout_s=float(opts["timeout_s"]),
         max_retries=int(opts["max_retries"]),
@@ -61,6 +75,7 @@ def build_llm_proposer(options: dict) -> LLMProposer:
         temperature=float(opts["temperature"]),
         max_tokens=int(opts["max_tokens"]) if opts["max_tokens"] else None,
         rng_seed=int(opts["rng_seed"]),
+        bandit=bandit,
     )
     return LLMProposer(
         client,
@@ -72,4 +87,12 @@ def build_llm_proposer(options: dict) -> LLMProposer:
     )
 
 
-__all__ = ["LLMClient", "LLMConfigError", "LLMProposer", "build_llm_proposer", "parse_models"]
+__all__ = [
+    "MODEL_CHOICES",
+    "LLMClient",
+    "LLMConfigError",
+    "LLMProposer",
+    "ModelBandit",
+    "build_llm_proposer",
+    "parse_models",
+]

@@ -11,8 +11,9 @@
   model fault: it returns an `LLMCall` whose `error` says what happened.
 - Tokens and cost per call; cost uses litellm's bundled price map offline
   (`LITELLM_LOCAL_MODEL_COST_MAP=True`) and is `None` ("unknown") for unpriced models.
-- Several models with weights (an ensemble); the model of each call is drawn reproducibly
-  from (rng_seed, request seed, attempt) and recorded in the call.
+- Several models (an ensemble): the model of each call is drawn reproducibly from
+  (rng_seed, request seed, attempt), by fixed weights or, when a `ModelBandit` is set
+  (bandit.py, `--model-choice bandit`), by the bandit's state too; it is recorded in the call.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import time
 from dataclasses import dataclass
 
 from metarl.discovery.proposers.base import LLMCall
+from metarl.discovery.proposers.llm.bandit import ModelBandit
 from metarl.errors import USAGE, MetarlError
 from metarl.evaluation.text import redact_secrets, url_secrets
 
@@ -142,6 +144,7 @@ class LLMClient:
         backoff_base_s: float = 1.0,
         backoff_max_s: float = 60.0,
         json_mode: bool = True,
+        bandit: ModelBandit | None = None,
     ):
         if isinstance(models, str) or not all(isinstance(m, ModelSpec) for m in models):
             models = parse_models(models)
@@ -157,6 +160,8 @@ class LLMClient:
         self.backoff_base_s = backoff_base_s
         self.backoff_max_s = backoff_max_s
         self.json_mode = json_mode
+        # picks each call's model among several when set; None: the fixed weights
+        self.bandit = bandit if len(self.models) > 1 else None
         self._semaphore = threading.BoundedSemaphore(max(1, int(max_concurrency)))
         self._no_json_mode: set[str] = set()  # models that rejected response_format
         self._unpriced: set[str] = set()  # models whose unknown price was logged
@@ -166,8 +171,13 @@ class LLMClient:
 
     # -- model choice ----------------------------------------------------------------------
     def choose_model(self, request_seed: int = 0, attempt: int = 0) -> str:
+        """The model of a call: the only one, the bandit's choice when one is set, else a draw
+        by the models' weights; reproducible from (rng_seed, request_seed, attempt) and, with a
+        bandit, its state."""
         if len(self.models) == 1:
             return self.models[0].model
+        if self.bandit is not None:
+            return self.bandit.choose(self.rng_seed, request_seed, attempt)
         rng = random.Random(f"{self.rng_seed}:{request_seed}:{attempt}")
         weights = [m.weight for m in self.models]
         return rng.choices([m.model for m in self.models], weights=weights, k=1)[0]

@@ -13,6 +13,10 @@ dialogue (from the last system message on) on resume.
 
 In both modes an unusable reply gets one repair round-trip carrying the exact parse problem, and
 a model fault never raises: the proposal fails with the reason and its calls are still recorded.
+With a model bandit (bandit.py, the client's `bandit`), every proposal's outcome is fed to it in
+both modes: the child's improvement over the best parent's fitness (kept on the proposal, as
+`parent_fitness`, so that a resumed run's planned proposals still have it) for its calls' cost;
+its state travels in `get_state`/`set_state`.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any
 
 from metarl.discovery.proposers.base import LLMCall, ParentInfo, Proposal, ProposalRequest
 from metarl.discovery.proposers.llm import prompts
+from metarl.discovery.proposers.llm.bandit import ModelBandit, improvement_of, spends
 from metarl.discovery.proposers.llm.client import LLMClient
 from metarl.discovery.proposers.llm.diff import DiffError, apply_diff, has_blocks, strip_blocks
 from metarl.discovery.proposers.llm.extraction import (
@@ -81,14 +86,17 @@ class LLMProposer:
         return self._propose_population(request)
 
     def feedback(self, proposal: Proposal, outcome: Outcome, candidate_id: str) -> None:
+        self._feed_bandit(proposal, outcome)
         if self.mode != "conversation":
             return
         with self._lock:
             self._feedback_conversation(proposal, outcome, candidate_id)
 
     def get_state(self) -> dict[str, Any]:
+        bandit = self.client.bandit
         with self._lock:
             return {
+                "bandit": bandit.to_dict() if bandit is not None else None,
                 "mode": self.mode,
                 "rng_seed": self.rng_seed,
                 "calls": self._calls,
@@ -110,6 +118,9 @@ class LLMProposer:
             self._last_feedback = state.get("last_feedback")
             if state.get("task") and self._task is None:
                 self._task = get_task(state["task"])
+            if state.get("bandit") and self.client.bandit is not None:
+                models = [m.model for m in self.client.models]
+                self.client.bandit = ModelBandit.from_dict(state["bandit"], models)
 
     def drain_messages(self) -> list[dict[str, str]]:
         with self._lock:
@@ -122,6 +133,27 @@ class LLMProposer:
             starts = [i for i, m in enumerate(restored) if m["role"] == "system"]
             self._context = restored[starts[-1] :] if starts else restored
             self._undrained = []
+
+    def write_guidance(
+        self, facts: str, previous: str | None, request_seed: int = 0
+    ) -> tuple[str | None, LLMCall | None]:
+        """Ask the model to rewrite the run's guidance (discovery/guidance.py) from `facts`
+        and the `previous` version: one call, outside any dialogue.
+
+        Args:
+            facts: what the archive says (best programs and their diffs, failures, pass rates).
+            previous: the current version's text, or None.
+            request_seed: picks the ensemble's model reproducibly.
+
+        Returns:
+            The reply's text (None when the call failed) and the call, for the record; the
+            caller checks the text and falls back to its own summary.
+        """
+        messages = prompts.guidance_request(facts, previous)
+        self._count_call()
+        call = self.client.chat(messages, request_seed=request_seed)
+        self._add_cost(call)
+        return call.reply, call
 
     # -- population ------------------------------------------------------------------------
     def _propose_population(self, request: ProposalRequest) -> Proposal:
@@ -141,6 +173,8 @@ class LLMProposer:
         else:
             operator = "fresh"
             user = prompts.fresh_prompt(task, request.inspirations, request.best)
+        user = prompts.guidance_section(request.guidance) + user
+        user = prompts.rejected_section(request.rejected) + user  # re-asked: why not evaluated
         messages = [
             {"role": "system", "content": prompts.system_prompt(task)},
             {"role": "user", "content": user},
@@ -148,6 +182,7 @@ class LLMProposer:
         parent_code = parents[0].code if operator == "diff" else None
         proposal, _ = self._exchange(messages, request, operator, parent_code)
         proposal.parent_ids = [p.id for p in parents[:2]]
+        proposal.parent_fitness = _baseline([p.fitness for p in parents[:2]], request.best)
         return proposal
 
     # -- conversation ----------------------------------------------------------------------
@@ -159,11 +194,13 @@ class LLMProposer:
                 [*request.parents, *([request.best] if request.best else []), *request.inspirations]
             )
             self._append({"role": "system", "content": prompts.system_prompt(task)})
-            self._append({"role": "user", "content": prompts.conversation_opening(task, programs)})
+            opening = prompts.conversation_opening(task, programs, request.guidance)
+            self._append({"role": "user", "content": opening})
         elif self._context[-1]["role"] != "user":
             # proposed again with no feedback in between: the loop found the last program
             # already in the archive and asks for another
-            self._append({"role": "user", "content": prompts.not_evaluated(task)})
+            reason = request.rejected[-1] if request.rejected else None
+            self._append({"role": "user", "content": prompts.not_evaluated(task, reason)})
         if len(self._context) > 2 and _estimate_tokens(self._context) > self.history_token_budget:
             self._compact(request)
         proposal, added = self._exchange(list(self._context), request, "conversation", None)
@@ -171,9 +208,25 @@ class LLMProposer:
             self._append(message)
         if self._last and self._last.get("id"):
             proposal.parent_ids = [self._last["id"]]
+            fitnesses = [self._last.get("fitness")]
         else:
             proposal.parent_ids = [p.id for p in request.parents[:1]]
+            fitnesses = [p.fitness for p in request.parents[:1]]
+        proposal.parent_fitness = _baseline(fitnesses, request.best)
         return proposal
+
+    def _feed_bandit(self, proposal: Proposal, outcome: Outcome) -> None:
+        """Tell the model bandit (when there is one) what `proposal` earned: its model, the
+        child's improvement over its best parent (0 when it failed or had no program), each of
+        its calls' models what they cost. An evaluator's fault is nobody's: left out."""
+        bandit = self.client.bandit
+        if bandit is None or not proposal.calls or outcome.fault == "evaluator":
+            return
+        model = proposal.proposer.removeprefix("llm:")
+        child = outcome.fitness if outcome.passed and proposal.code is not None else None
+        gain = improvement_of(child, proposal.parent_fitness)
+        for name, spend in spends(proposal.calls).items():
+            bandit.observe(name, gain if name == model else 0.0, spend)
 
     def _feedback_conversation(self, proposal: Proposal, outcome: Outcome, candidate_id: str):
         task = self._task
@@ -226,7 +279,7 @@ class LLMProposer:
         system = {"role": "system", "content": prompts.system_prompt(task)}
         programs = self._summary_programs(request)
         while True:
-            summary = prompts.conversation_summary(task, programs, recent)
+            summary = prompts.conversation_summary(task, programs, recent, request.guidance)
             size = _estimate_tokens([system, {"role": "user", "content": summary}])
             if len(programs) <= 1 or size <= self.history_token_budget // 2:
                 break
@@ -371,6 +424,15 @@ class LLMProposer:
 
 
 _counter_lock = threading.Lock()
+
+
+def _baseline(fitnesses: list[float | None], best: ParentInfo | None) -> float | None:
+    """What a child must beat to improve: its best parent's training fitness, else (no parent
+    with one) the incumbent's; None when neither is known."""
+    known = [f for f in fitnesses if f is not None]
+    if known:
+        return max(known)
+    return best.fitness if best is not None else None
 
 
 def _unique(programs: list[ParentInfo]) -> list[ParentInfo]:

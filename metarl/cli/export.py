@@ -1,0 +1,109 @@
+"""`metarl export`: a run as JSON or CSV (everything it archived), or as a training dataset for
+trl's trainers (sft, dpo, grpo: JSON lines that `datasets.load_dataset("json", ...)` reads).
+
+The JSON and CSV exports are `metarl.cli.archive.export`'s; the datasets are built by
+`metarl.grpo.export`, imported only when one is asked for (it imports the task layer: jax), so
+`metarl --help` stays fast.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from metarl.cli import archive as archive_commands
+from metarl.cli.console import say
+from metarl.cli.errors import UserError
+from metarl.cli.options import EXPORT_FORMATS, archive_option
+
+DATASET_FORMATS = ("sft", "dpo", "grpo")  # metarl.grpo.export.FORMATS
+
+
+def export(
+    run: str = typer.Argument(..., help="The run to export, e.g. r1."),
+    fmt_name: str = typer.Option(
+        EXPORT_FORMATS[0],
+        "--format",
+        "-f",
+        help="json (everything), csv (one row per candidate), or a trl dataset (JSON lines): "
+        "sft (prompt/completion of passing replies), dpo (chosen/rejected siblings), grpo "
+        "(prompts with the archived reward).",
+    ),
+    output: Optional[Path] = typer.Option(
+        None,
+        "--output",
+        "-o",
+        help="File to write (default: stdout for json and csv, RUN-FORMAT.jsonl for datasets).",
+    ),
+    margin: Optional[float] = typer.Option(
+        None,
+        "--margin",
+        help="dpo: the least score difference of a pair, in normalised fitness (default 0.05).",
+    ),
+    min_stage: Optional[str] = typer.Option(
+        None,
+        "--min-stage",
+        help="sft: keep replies whose program passed this stage: parse, static, probes, short "
+        "or full (default full: passed every stage).",
+    ),
+    archive: str = archive_option(),
+) -> None:
+    """Export a run: JSON with the run, candidates, evaluations, calls and messages; CSV; or a
+    dataset for trl's SFTTrainer, DPOTrainer or GRPOTrainer.
+
+    Dataset rows are conversational (chat messages). A candidate an LLM wrote gives its
+    archived prompt and reply (source "call"); one no model wrote (seeds, the mutation
+    proposer, ES) gets the prompt train-proposer would ask and its program in the reply format
+    (source "rendered"). dpo pairs are siblings of one parent, compared on the validation
+    score, else the confirmed or the training fitness; test scores are never read.
+
+    On stdout, control characters in archived text (a candidate's code, an LLM's reply) are
+    written as visible escapes (\\x1b), never raw; --output writes the archive's text as is.
+    Datasets escape them in JSON (\\u001b).
+
+    Examples:
+
+      metarl export r1 --format csv -o r1.csv
+
+      metarl export r1 > r1.json
+
+      metarl export r3 --format sft -o r3-sft.jsonl
+
+      metarl export r3 --format dpo --margin 0.1
+
+      metarl export r3 --format grpo --archive results/metarl.db
+    """
+    if fmt_name in EXPORT_FORMATS:
+        if margin is not None or min_stage is not None:
+            raise UserError("--margin and --min-stage are options of the dataset formats")
+        archive_commands.export(run=run, fmt_name=fmt_name, output=output, archive=archive)
+        return
+    if fmt_name not in DATASET_FORMATS:
+        known = ", ".join((*EXPORT_FORMATS, *DATASET_FORMATS))
+        raise UserError(f"unknown format {fmt_name!r}; choose one of: {known}")
+    if margin is not None and fmt_name != "dpo":
+        raise UserError("--margin is an option of --format dpo")
+    if min_stage is not None and fmt_name != "sft":
+        raise UserError("--min-stage is an option of --format sft")
+    path = output if output is not None else Path(f"{run}-{fmt_name}.jsonl")
+    if not path.parent.exists():
+        raise UserError(f"cannot write {path}: folder {path.parent} does not exist")
+    if path.is_dir():
+        raise UserError(f"cannot write {path}: it is a folder")
+    # lazy: the dataset builder imports the archive and the tasks (jax); `--help` stays fast
+    from metarl.archives.store import Archive
+    from metarl.grpo import export as dataset_export
+
+    options = {}
+    if margin is not None:
+        options["margin"] = margin
+    if min_stage is not None:
+        options["min_stage"] = min_stage
+    with Archive(archive, must_exist=True) as store:
+        result = dataset_export.export_dataset(store, run, fmt_name, path, **options)
+    say(
+        f"wrote {result.rows} {fmt_name} rows to {result.path} ({result.from_calls} from LLM "
+        f"calls, {result.rendered} rendered)"
+    )

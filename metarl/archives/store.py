@@ -470,41 +470,6 @@ class Archive:
             out.setdefault(row["fingerprint"], row["id"])
         return out
 
-    def run_behaviours(self, run_id: str, limit: int | None = None) -> dict[str, list]:
-        """Candidate id -> behaviour descriptor (the outcome's `behaviour`; null entries stand
-        for NaN) of run `run_id`'s candidates that have one, duplicates excluded, by seq: what
-        the cascade compares a new candidate's behaviour with, for near-duplicates. With
-        `limit`, only the latest `limit` of them (a trainer job's size stays bounded)."""
-        rows = self.query(
-            "SELECT id, json_extract(outcome, '$.behaviour') AS behaviour FROM candidates "
-            "WHERE run_id = ? AND fingerprint IS NOT NULL AND status != 'duplicate' "
-            "AND CASE WHEN json_valid(outcome) THEN json_type(outcome, '$.behaviour') END "
-            "= 'array' "
-            "ORDER BY seq DESC LIMIT ?",
-            (run_id, -1 if limit is None else int(limit)),
-        )
-        out: dict[str, list] = {}
-        for row in reversed(rows):
-            try:
-                descriptor = json.loads(row["behaviour"])
-            except (TypeError, ValueError):  # not JSON: compared with nothing
-                logger.warning("candidate %s: its behaviour is not JSON; skipped", row["id"])
-                continue
-            out[row["id"]] = descriptor
-        return out
-
-    def run_trained_programs(self, run_id: str) -> dict[str, str]:
-        """Candidate id -> program of run `run_id`'s candidates that got to training (passed,
-        or failed in the short or full run), by seq: what a new proposal's code is compared
-        with for near-duplicates (a program that failed before training is left out: a small
-        fix of it is what its proposer is asked for)."""
-        rows = self.query(
-            "SELECT id, code FROM candidates WHERE run_id = ? AND code IS NOT NULL "
-            "AND status IN ('passed', 'failed') AND stage IN ('short', 'full') ORDER BY seq",
-            (run_id,),
-        )
-        return {row["id"]: row["code"] for row in rows}
-
     def run_source_hashes(self, run_id: str) -> dict[str, str]:
         """Normalised-source hash -> the first candidate (by seq) of run `run_id` with that
         program: what a new proposal is deduplicated against."""

@@ -32,6 +32,7 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
+from metarl.archives.near_duplicates import run_behaviours
 from metarl.archives.reuse import archived_score
 from metarl.archives.store import Archive, ArchiveError, decode_outcome
 from metarl.discovery import curriculum, guidance, planning, records, selection
@@ -266,7 +267,7 @@ class DiscoveryLoop:
         known = self.archive.run_fingerprints(self.run_id) if rows else None
         behaviours = None
         if rows and self.config.behaviour_novelty > 0:
-            behaviours = self.archive.run_behaviours(self.run_id, MAX_KNOWN_BEHAVIOURS)
+            behaviours = run_behaviours(self.archive, self.run_id, MAX_KNOWN_BEHAVIOURS)
         outcomes = iter(
             self.batches.evaluate(
                 "child", rows, known, train_envs=plan.train_envs, behaviours=behaviours

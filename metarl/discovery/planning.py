@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from metarl.archives.guidance import latest_guidance
+from metarl.archives.near_duplicates import run_trained_programs
 from metarl.archives.store import Archive, decode_outcome
 from metarl.discovery import selection
 from metarl.discovery.config import DiscoverConfig
@@ -250,7 +251,7 @@ def plan_generation(
     proposals = propose_all(proposer, requests, concurrency(config, len(requests)), kind)
     known = archive.run_source_hashes(run_id)
     threshold = config.code_novelty
-    programs = CodeIndex(archive.run_trained_programs(run_id)) if threshold > 0 else None
+    programs = CodeIndex(run_trained_programs(archive, run_id)) if threshold > 0 else None
     slots = []
     for index, (pick, request, proposal) in enumerate(zip(picks, requests, proposals)):
         seq = next_seq + index

@@ -1,7 +1,7 @@
 """GRPO on the proposer with a real small model: where a step's time goes, and what training did
 to the proposer on held-out prompts.
 
-    python benchmarks/grpo.py                         # CPU: SmolLM2-135M, 8 steps (~60 min)
+    python benchmarks/grpo.py                         # CPU: SmolLM2-135M, 8 steps (~2 h)
     python benchmarks/grpo.py --model PATH --vllm     # a GPU: a larger model, vllm generation
 
 In one fresh archive:

@@ -36,6 +36,7 @@ def test_smollm2_trains_two_grpo_steps_and_its_checkpoint_serves_discover(seeded
         generations=2,
         max_completion_tokens=96,
         heldout_prompts=1,
+        resample=0,  # exactly 2 x 2 training completions, spread or not
         output_dir=str(tmp_path / "proposer"),
     ).resolved()
     with Archive(seeded_archive) as archive:

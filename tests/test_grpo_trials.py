@@ -226,13 +226,13 @@ def tiny_model(tmp_path_factory) -> Path:
     return build_tiny_proposer(tmp_path_factory.mktemp("tiny") / "model")
 
 
-def test_a_two_attempt_reinforce_run_trains_and_archives_every_attempt(
-    tiny_model, seeded_archive_template, tmp_path
-):
+def one_step_run(model: Path, template: Path, tmp_path: Path, **changes):
+    """A copy of the seeded archive and the settings of a one-step run of the tiny model
+    (groups of 2, the smoke suite's reward on one pinned seed) with `changes`."""
     path = tmp_path / "metarl.db"
-    shutil.copy(seeded_archive_template, path)
-    settings = GRPOSettings(
-        model=str(tiny_model),
+    shutil.copy(template, path)
+    values = dict(
+        model=str(model),
         suite="smoke",
         timesteps=8192,
         train_seeds=1,
@@ -242,11 +242,17 @@ def test_a_two_attempt_reinforce_run_trains_and_archives_every_attempt(
         generations=2,
         max_completion_tokens=24,
         heldout_prompts=0,
-        attempts=2,
-        loss="reinforce",
-        beta=0.04,
         output_dir=str(tmp_path / "proposer"),
-    ).resolved()
+    )
+    return path, GRPOSettings(**(values | changes)).resolved()
+
+
+def test_a_two_attempt_reinforce_run_trains_and_archives_every_attempt(
+    tiny_model, seeded_archive_template, tmp_path
+):
+    path, settings = one_step_run(
+        tiny_model, seeded_archive_template, tmp_path, attempts=2, loss="reinforce", beta=0.04
+    )
     # trial 0: a new valid program, then nothing; trial 1: nothing twice (spread: 1.0 vs -1.0)
     turns = [[replies()[0], ""], ["", ""]]
     with Archive(path) as archive:
@@ -271,22 +277,7 @@ def archive_calls(path: Path, cid: str) -> list[dict]:
 def test_a_batch_without_reward_spread_is_generated_again_before_the_update(
     tiny_model, seeded_archive_template, tmp_path
 ):
-    path = tmp_path / "metarl.db"
-    shutil.copy(seeded_archive_template, path)
-    settings = GRPOSettings(
-        model=str(tiny_model),
-        suite="smoke",
-        timesteps=8192,
-        train_seeds=1,
-        seed_values=[0],
-        steps=1,
-        sft_steps=0,
-        generations=2,
-        max_completion_tokens=24,
-        heldout_prompts=0,
-        resample=1,
-        output_dir=str(tmp_path / "proposer"),
-    ).resolved()
+    path, settings = one_step_run(tiny_model, seeded_archive_template, tmp_path, resample=1)
     with Archive(path) as archive:
         # every reply is empty: no group ever has spread
         result = ProposerTraining(settings, archive, rollout_func=scripted_rollout([""])).run()

@@ -118,6 +118,11 @@ def test_candidate_prints_stay_out_of_the_json(tmp_path):
             ["evaluate", "{seed}", "--task", "drift", "--seeds", "2", "--seed-values", "5"],
             "--seeds 2 but 1 --seed-values",
         ),
+        (
+            ["evaluate", "{seed}", "--task", "drift", "--suite", "classic", "--envs", "Pong"],
+            "envs ['Pong'] must include a training env of suite 'classic'",
+        ),
+        (["evaluate", "{seed}", "--task", "drift", "--envs", " , "], "--envs needs at least one"),
     ],
 )
 def test_usage_errors_exit_2_with_one_line_and_no_traceback(args, message):
@@ -155,3 +160,14 @@ def test_verbose_shows_info_records_on_stderr():
     assert any("evaluating" in line and "import_os.py" in line for line in info), loud.stderr
     assert any("failed at stage static" in line for line in info), loud.stderr
     assert "INFO" not in loud.stdout  # the records go to stderr, never into the output
+
+
+def test_envs_scores_only_the_listed_environments_of_the_suite():
+    """--envs picks the suite's environments by name (one game compared across harnesses):
+    classic has CartPole-v1 and Acrobot-v1 to train on, validation and test envs besides."""
+    path = str(get_task("drift").seed_program("ppo_clip").path)
+    tiny = [a if a != "smoke" else "classic" for a in TINY]
+    result = invoke("evaluate", path, "--task", "drift", "--json", "--envs", "CartPole-v1", *tiny)
+    assert result.exit_code == 0, result.output
+    scored = {row["env"] for row in json.loads(result.stdout)["env_scores"]}
+    assert scored == {"CartPole-v1"}

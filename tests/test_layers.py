@@ -1,5 +1,5 @@
 """The package's layers: `rl < tasks < evaluation < archives < methods < report < cli`, where the
-methods are discovery, blackbox, symbolic and grpo, one folder each.
+methods are discovery, blackbox, symbolic, grpo and discogen, one folder each.
 
 A module imports only from its own layer or below, and imports metarl modules at its top; a
 method's folder never imports another method's, with one deliberate exception: grpo trains
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "metarl"
-METHODS = ("discovery", "blackbox", "symbolic", "grpo")
+METHODS = ("discovery", "blackbox", "symbolic", "grpo", "discogen")
 # method -> the methods it builds on (acyclic)
 BUILDS_ON = {"grpo": ("discovery",)}
 LAYERS = ["rl", "tasks", "evaluation", "archives", "methods", "report", "cli"]

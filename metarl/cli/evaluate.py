@@ -44,6 +44,13 @@ def evaluate(
         "--meta",
         help="Score on a task family by adaptation on held-out tasks: rl2 or maml.",
     ),
+    envs: Optional[str] = typer.Option(
+        None,
+        "--envs",
+        help="Only these environments of the suite, comma-separated (training envs in this "
+        "order; validation and test envs only when listed), e.g. Breakout-MinAtar: one game "
+        "compared across harnesses or settings. Not for selection.",
+    ),
     seeds: Optional[int] = typer.Option(
         None, "--seeds", help="Number of training seeds (drawn); default: the suite's."
     ),
@@ -114,6 +121,8 @@ def evaluate(
 
       metarl evaluate metarl/tasks/drift/seed_programs/*.py --task drift --suite smoke
 
+      metarl evaluate my_drift.py --task drift --suite minatar --envs Breakout-MinAtar
+
     Exit status: 0 when every candidate passed every stage, 1 when one stopped at a stage (the
     reason is printed, and is in the JSON: one object for one file, a list of objects with
     their "path" for several), 2 on a usage error or when the sandbox cannot run.
@@ -153,8 +162,14 @@ def evaluate(
     from metarl.evaluation.cascade import Evaluator
     from metarl.evaluation.sandbox import SandboxUnavailable
 
+    env_list = [e.strip() for e in envs.split(",") if e.strip()] if envs is not None else None
+    if env_list is not None and not env_list:
+        raise UserError("--envs needs at least one environment, e.g. --envs CartPole-v1")
+    if env_list is not None and task == LPG_TASK:
+        raise UserError("--envs is an option of the drift and optimizer tasks, not lpg")
     settings = CascadeSettings(
         suite=suite,
+        envs=env_list,
         seeds=len(pinned) if pinned else seeds or get_suite(suite).default_seeds,
         seed_values=pinned,
         short_run_threshold=threshold,

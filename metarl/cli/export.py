@@ -1,5 +1,6 @@
-"""`metarl export`: a run as JSON or CSV (everything it archived), or as a training dataset for
-trl's trainers (sft, dpo, grpo: JSON lines that `datasets.load_dataset("json", ...)` reads).
+"""`metarl export`: a run as JSON or CSV (everything it archived), as a training dataset for
+trl's trainers (sft, dpo, grpo: JSON lines that `datasets.load_dataset("json", ...)` reads), or
+one candidate as a DiscoGen task directory (discogen: metarl.cli.discogen).
 
 The JSON and CSV exports are `metarl.cli.archive.export`'s; the datasets are built by
 `metarl.grpo.export`, imported only when one is asked for (it imports the task layer: jax), so
@@ -19,17 +20,23 @@ from metarl.cli.errors import UserError
 from metarl.cli.options import EXPORT_FORMATS, archive_option
 
 DATASET_FORMATS = ("sft", "dpo", "grpo")  # metarl.grpo.export.FORMATS
+DISCOGEN = "discogen"  # a candidate as a DiscoGen task directory (metarl.cli.discogen)
 
 
 def export(
-    run: str = typer.Argument(..., help="The run to export, e.g. r1."),
+    run: str = typer.Argument(
+        ...,
+        help="The run to export, e.g. r1; with --format discogen, a candidate: its id (r1-7), "
+        "a prefix of its source hash, or a candidate file.",
+    ),
     fmt_name: str = typer.Option(
         EXPORT_FORMATS[0],
         "--format",
         "-f",
-        help="json (everything), csv (one row per candidate), or a trl dataset (JSON lines): "
+        help="json (everything), csv (one row per candidate), a trl dataset (JSON lines): "
         "sft (prompt/completion of passing replies), dpo (chosen/rejected siblings), grpo "
-        "(prompts with the archived reward).",
+        "(prompts with the archived reward); or discogen (a candidate as a DiscoGen task "
+        "directory).",
     ),
     output: Optional[Path] = typer.Option(
         None,
@@ -47,6 +54,30 @@ def export(
         "--min-stage",
         help="sft: keep replies whose program passed this stage: parse, static, probes, short "
         "or full (default full: passed every stage).",
+    ),
+    task: Optional[str] = typer.Option(
+        None, "--task", "-t", help="discogen, a candidate file: drift or optimizer."
+    ),
+    test: bool = typer.Option(
+        False, "--test", help="discogen: DiscoGen's test side (Asterix, SpaceInvaders)."
+    ),
+    envs: Optional[str] = typer.Option(
+        None,
+        "--envs",
+        help="discogen: games instead of the side's own, e.g. Breakout-MinAtar or "
+        "MinAtar/Breakout,MinAtar/Freeway.",
+    ),
+    discogen_python: Optional[str] = typer.Option(
+        None,
+        "--discogen-python",
+        help="discogen: the Python with DiscoGen (default: $METARL_DISCOGEN_PYTHON, else this "
+        "one when it has DiscoGen).",
+    ),
+    settings: Optional[list[str]] = typer.Option(
+        None,
+        "--set",
+        help="discogen: KEY=VALUE replacing a value of every game's config, e.g. "
+        "TOTAL_TIMESTEPS=100000 (repeatable; recorded in metarl.json).",
     ),
     archive: str = archive_option(),
 ) -> None:
@@ -74,14 +105,30 @@ def export(
       metarl export r3 --format dpo --margin 0.1
 
       metarl export r3 --format grpo --archive results/metarl.db
+
+      metarl export r3-12 --format discogen -o r3-12-discogen        # then: python run_main.py
+
+      metarl export my_drift.py -t drift -f discogen -o t --set TOTAL_TIMESTEPS=100000
     """
+    if fmt_name == DISCOGEN:
+        # lazy: the exporter imports the task layer (jax)
+        from metarl.cli.discogen import export_discogen
+
+        if margin is not None or min_stage is not None:
+            raise UserError("--margin and --min-stage are options of the dataset formats")
+        export_discogen(run, output, archive, task, test, envs, discogen_python, settings)
+        return
+    if task or test or envs or discogen_python or settings:
+        raise UserError(
+            "--task, --test, --envs, --discogen-python and --set are options of --format discogen"
+        )
     if fmt_name in EXPORT_FORMATS:
         if margin is not None or min_stage is not None:
             raise UserError("--margin and --min-stage are options of the dataset formats")
         archive_commands.export(run=run, fmt_name=fmt_name, output=output, archive=archive)
         return
     if fmt_name not in DATASET_FORMATS:
-        known = ", ".join((*EXPORT_FORMATS, *DATASET_FORMATS))
+        known = ", ".join((*EXPORT_FORMATS, *DATASET_FORMATS, DISCOGEN))
         raise UserError(f"unknown format {fmt_name!r}; choose one of: {known}")
     if margin is not None and fmt_name != "dpo":
         raise UserError("--margin is an option of --format dpo")

@@ -24,6 +24,7 @@ import optax
 import pytest
 from conftest import invoke
 
+from metarl.discogen.harness import DiscoGenHarness
 from metarl.discogen.modules import NotExportable, module_source
 from metarl.discogen.runtime import RUNTIME_ENVVAR, DiscoGenUnavailable, Runtime, find_runtime
 from metarl.discogen.task import ExportError, TaskManifest, discogen_env, export_task
@@ -318,3 +319,73 @@ def test_export_command_writes_the_test_side_around_the_candidate(tmp_path):
         )
     assert not (out / "MinAtar" / "Breakout").exists()
     assert "# ---- the candidate ----" in (out / "discovered" / "loss.py").read_text()
+
+
+# --- DiscoGen's harness inside metarl's sandbox (metarl evaluate --harness discogen) -----------
+def test_the_harness_applies_metarls_static_check_before_discogen_runs_anything(tmp_path):
+    hostile = "import os\ndef drift(ratio, advantage, epsilon):\n    return ratio * 0.0\n"
+    runtime = Runtime("/nonexistent/python", "1.3.0", "3.12.1", ())  # never started
+    outcome = DiscoGenHarness(runtime).evaluate(hostile, "drift")
+    assert not outcome.passed and outcome.stage == "static"
+    assert outcome.reason.startswith("static check: line 1: import of `os` is not allowed")
+    assert outcome.games == () and outcome.fitness is None
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--harness", "nope"], "unknown harness 'nope'; choose one of: metarl, discogen"),
+        (["--test"], "--test, --set and --discogen-python are options of --harness discogen"),
+        (["--harness", "discogen", "--seeds", "2"], "DiscoGen fixes its own seeds"),
+        (["--harness", "discogen", "-t", "optimizer", "--meta", "rl2"], "DiscoGen fixes"),
+    ],
+)
+def test_harness_options_are_checked_before_anything_runs(args, message):
+    seed = str(get_task("drift").seed_program("ppo_clip").path)
+    task = [] if "-t" in args else ["-t", "drift"]
+    result = invoke("evaluate", seed, *task, *args)
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr and result.stderr.strip().count("\n") == 0
+
+
+@pytest.mark.slow
+@needs_runtime
+def test_ppo_clip_in_discogens_harness_scores_one_against_discogens_base(tmp_path):
+    """In the sandbox, at a tiny config: the PPO-clip drift's numbers are the base's."""
+    seed = str(get_task("drift").seed_program("ppo_clip").path)
+    result = invoke(
+        *("evaluate", seed, "-t", "drift", "--harness", "discogen", "--json"),
+        *("--envs", "Breakout-MinAtar", "--discogen-python", discogen_python()),
+        *(item for key, value in TINY.items() for item in ("--set", f"{key}={value}")),
+    )
+    assert result.exit_code == 0, result.output
+    outcome = json.loads(result.stdout)
+    assert outcome["passed"] and outcome["isolation"] == "bubblewrap"
+    (game,) = outcome["games"]
+    assert game["env"] == "MinAtar/Breakout"
+    assert game["candidate"] == game["base"] and game["normalised"] == 1.0
+    assert outcome["fitness"] == 1.0
+    assert outcome["protocol"]["config"] == TINY and outcome["protocol"]["side"] == "train"
+
+
+@pytest.mark.slow
+@needs_runtime
+def test_a_drift_that_never_finishes_is_stopped_by_the_stage_limit(tmp_path):
+    """A drift that passes the static check and loops for ~forever inside the jitted update:
+    DiscoGen has no time limit of its own; metarl's wall clock stops it, the base is scored."""
+    hostile = tmp_path / "slow_drift.py"
+    hostile.write_text(
+        "def drift(ratio, advantage, epsilon):\n"
+        "    spin = lax.fori_loop(0, 2**31 - 1, lambda i, x: x * 1.0000001, ratio)\n"
+        "    return jnp.where(spin >= 0.0, (ratio - 1.0) ** 2, 0.0)\n"
+    )
+    result = invoke(
+        *("evaluate", str(hostile), "-t", "drift", "--harness", "discogen", "--json"),
+        *("--envs", "Breakout-MinAtar", "--discogen-python", discogen_python()),
+        *("--set", "TOTAL_TIMESTEPS=256", "--set", "NUM_ENVS=8", "--set", "NUM_STEPS=32"),
+        *("--timeout", "240"),
+    )
+    assert result.exit_code == 1, result.output
+    outcome = json.loads(result.stdout)
+    assert outcome["stage"] == "harness"
+    assert outcome["reason"] == "stopped by the sandbox: wall-clock limit of 240 s"

@@ -8,10 +8,14 @@ here imports it; without one, the command says how to get one, in one line.
 from __future__ import annotations
 
 import ast
+import json
 import re
 from pathlib import Path
 
-from metarl.cli.console import say
+from rich.table import Table
+from rich.text import Text
+
+from metarl.cli.console import console, say
 from metarl.cli.errors import UserError
 
 # DiscoGen's config keys are upper-case identifiers (`TOTAL_TIMESTEPS`, `NUM_ENVS`)
@@ -101,3 +105,57 @@ def _candidate(target: str, archive: str, task: str | None) -> tuple[str, str, s
     if task is not None and task != row["task"]:
         raise UserError(f"{candidate_id} is a {row['task']} candidate, not {task}")
     return row["code"], row["task"], candidate_id
+
+
+def evaluate_discogen(
+    paths: list[Path],
+    sources: list[str],
+    task: str,
+    test: bool,
+    envs: list[str] | None,
+    discogen_python: str | None,
+    settings: list[str] | None,
+    limits,
+    as_json: bool,
+) -> bool:
+    """`metarl evaluate FILE --harness discogen`: each candidate in DiscoGen's harness
+    (metarl/discogen/harness.py), printed as a table or JSON; True when all passed."""
+    from metarl.discogen.harness import DiscoGenHarness  # lazy: the task layer (jax)
+    from metarl.discogen.runtime import find_runtime  # lazy: with the harness
+
+    overrides = parse_settings(settings)
+    runtime = find_runtime(discogen_python)
+    harness = DiscoGenHarness(
+        runtime, test=test, envs=tuple(envs) if envs else None, config=overrides, limits=limits
+    )
+    outcomes = [harness.evaluate(source, task) for source in sources]
+    if as_json:
+        rows = [{"path": str(p), **o.to_dict()} for p, o in zip(paths, outcomes)]
+        print(json.dumps(rows[0] if len(rows) == 1 else rows))
+        return all(o.passed for o in outcomes)
+    for path, outcome in zip(paths, outcomes):
+        side = outcome.protocol.get("side", "train")
+        title = f"{path.name} · task {task} · DiscoGen {runtime.discogen} harness, {side} side"
+        if outcome.passed:
+            table = Table(title=title)
+            for column in ("game", "return", "base return", "normalised"):
+                table.add_column(column, justify="left" if column == "game" else "right")
+            for game in outcome.games:
+                table.add_row(
+                    game.env,
+                    f"{game.candidate:.3f} ± {game.candidate_std:.3f}",
+                    f"{game.base:.3f} ± {game.base_std:.3f}",
+                    "—" if game.normalised is None else f"{game.normalised:.3f}",
+                )
+            console.print(table)
+            fitness = "—" if outcome.fitness is None else f"{outcome.fitness:.3f}"
+            say(f"PASSED · fitness {fitness} (candidate / DiscoGen's base, mean over games)")
+        else:
+            console.print(Text(f"{title}: FAILED at {outcome.stage}: {outcome.reason}"))
+        say(
+            f"protocol: {outcome.protocol.get('seeds', 8)} seeds x 10 rates, greedy evaluation "
+            f"over 16 episodes, DiscoGen's fixed seeds; config {outcome.protocol.get('config')}; "
+            f"{outcome.isolation or 'not run'}, {outcome.seconds:.0f} s",
+            style="dim",
+        )
+    return all(o.passed for o in outcomes)

@@ -95,6 +95,26 @@ def evaluate(
     probe_seed: Optional[int] = typer.Option(
         DEFAULTS.probe_seed, "--probe-seed", help="Fix the probes' random inputs."
     ),
+    harness: str = typer.Option(
+        "metarl",
+        "--harness",
+        help="Whose harness scores it: metarl (the cascade) or discogen (DiscoGen's run_main.py "
+        "in metarl's sandbox, against DiscoGen's base module; README, DiscoGen).",
+    ),
+    test: bool = typer.Option(
+        False, "--test", help="--harness discogen: DiscoGen's test side (Asterix, SpaceInvaders)."
+    ),
+    settings_items: Optional[list[str]] = typer.Option(
+        None,
+        "--set",
+        help="--harness discogen: KEY=VALUE replacing a value of every game's config, e.g. "
+        "TOTAL_TIMESTEPS=100000 (repeatable).",
+    ),
+    discogen_python: Optional[str] = typer.Option(
+        None,
+        "--discogen-python",
+        help="--harness discogen: the Python with DiscoGen (default: $METARL_DISCOGEN_PYTHON).",
+    ),
     unsafe_no_sandbox: bool = typer.Option(
         DEFAULTS.unsafe_no_sandbox,
         "--unsafe-no-sandbox",
@@ -123,6 +143,9 @@ def evaluate(
 
       metarl evaluate my_drift.py --task drift --suite minatar --envs Breakout-MinAtar
 
+      metarl evaluate my_drift.py --task drift --harness discogen --envs Breakout-MinAtar \
+          --set TOTAL_TIMESTEPS=100000
+
     Exit status: 0 when every candidate passed every stage, 1 when one stopped at a stage (the
     reason is printed, and is in the JSON: one object for one file, a list of objects with
     their "path" for several), 2 on a usage error or when the sandbox cannot run.
@@ -134,6 +157,15 @@ def evaluate(
     from metarl.rl.suites import get_suite, meta_suite_name, meta_task_problem, suite_names
     from metarl.tasks import task_names
 
+    if harness not in ("metarl", "discogen"):
+        raise UserError(f"unknown harness {harness!r}; choose one of: metarl, discogen")
+    if harness == "metarl" and (test or settings_items or discogen_python):
+        raise UserError("--test, --set and --discogen-python are options of --harness discogen")
+    if harness == "discogen":
+        return _evaluate_discogen(
+            paths, task, test, envs, discogen_python, settings_items, timeout, memory_mb,
+            unsafe_no_sandbox, as_json, meta or lr_sweep or seed_values or seeds,
+        )  # fmt: skip
     known = [*task_names(), LPG_TASK]
     if task not in known:
         raise UserError(f"unknown task {task!r}; choose one of: {', '.join(known)}")
@@ -226,6 +258,41 @@ def evaluate(
         for path, outcome in zip(paths, outcomes):
             print_outcome(outcome, path, task, settings)
     raise typer.Exit(0 if all(outcome.passed for outcome in outcomes) else 1)
+
+
+def _evaluate_discogen(
+    paths, task, test, envs, discogen_python, settings_items, timeout, memory_mb,
+    unsafe_no_sandbox, as_json, metarl_only,
+) -> None:  # fmt: skip
+    """`--harness discogen` (metarl.cli.discogen.evaluate_discogen); exits 0 when all passed."""
+    # lazy: the harness imports the task layer (jax)
+    from metarl.cli.discogen import evaluate_discogen
+    from metarl.discogen.modules import MODULE_OF_TASK
+    from metarl.evaluation.settings import SandboxLimits
+
+    if task not in MODULE_OF_TASK:
+        raise UserError(f"--harness discogen scores {' and '.join(MODULE_OF_TASK)}, not {task!r}")
+    if metarl_only:
+        raise UserError(
+            "--meta, --lr-sweep, --seeds and --seed-values are metarl's: DiscoGen fixes its own "
+            "seeds and learning rates"
+        )
+    if timeout <= 0 or memory_mb <= 0:
+        raise UserError("--timeout and --memory-mb must be positive")
+    env_list = [e.strip() for e in envs.split(",") if e.strip()] if envs else None
+    limits = SandboxLimits(
+        timeout_s=timeout, memory_mb=memory_mb, unsafe_no_sandbox=unsafe_no_sandbox
+    )
+    from metarl.evaluation.isolation import SandboxUnavailable  # lazy: as the harness
+
+    sources = [_read_candidate(path) for path in paths]
+    try:
+        passed = evaluate_discogen(
+            paths, sources, task, test, env_list, discogen_python, settings_items, limits, as_json
+        )
+    except SandboxUnavailable as error:
+        raise UserError(error.message, USAGE, hint=error.hint) from None
+    raise typer.Exit(0 if passed else 1)
 
 
 def _read_candidate(path: Path) -> str:

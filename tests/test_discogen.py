@@ -255,8 +255,12 @@ def test_discogen_options_belong_to_the_discogen_format():
 
 # --- DiscoGen's own harness (slow; needs a DiscoGen runtime) -----------------------------------
 def discogen_python() -> str | None:
-    chosen = os.environ.get(RUNTIME_ENVVAR) or str(REPO / ".venv-discogen" / "bin" / "python")
-    return chosen if Path(chosen).exists() else None
+    """$METARL_DISCOGEN_PYTHON, else the checkout's .venv-discogen once its install finished."""
+    if os.environ.get(RUNTIME_ENVVAR):
+        return os.environ[RUNTIME_ENVVAR]
+    venv = REPO / ".venv-discogen"
+    installed = (venv / ".installed-discogen-1.3.0").exists()
+    return str(venv / "bin" / "python") if installed else None
 
 
 needs_runtime = pytest.mark.skipif(

@@ -139,7 +139,10 @@ def test_usage_errors_exit_2_with_one_line_and_no_traceback(args, message):
 def test_missing_task_option_is_a_usage_error():
     result = invoke("evaluate", str(CORPUS / "import_os.py"))
     assert result.exit_code == 2
-    assert result.stderr.strip() == "metarl evaluate: error: Missing option '--task' / '-t'."
+    assert result.stderr.strip() == (
+        "metarl evaluate: error: --task: which contract the files implement "
+        "(drift, optimizer, lpg)"
+    )
 
 
 def test_bad_option_value_is_one_usage_line():

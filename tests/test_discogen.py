@@ -24,11 +24,14 @@ import optax
 import pytest
 from conftest import invoke
 
+from metarl.archives import Archive
+from metarl.archives.external import external_evaluations
 from metarl.discogen.harness import DiscoGenHarness
 from metarl.discogen.modules import NotExportable, module_source
 from metarl.discogen.runtime import RUNTIME_ENVVAR, DiscoGenUnavailable, Runtime, find_runtime
 from metarl.discogen.task import ExportError, TaskManifest, discogen_env, export_task
 from metarl.tasks import get_task
+from metarl.tasks.candidate import source_hash
 from metarl.tasks.optimizer.plug import rule_optimizer
 
 REPO = Path(__file__).resolve().parent.parent
@@ -339,7 +342,7 @@ def test_the_harness_applies_metarls_static_check_before_discogen_runs_anything(
     "args, message",
     [
         (["--harness", "nope"], "unknown harness 'nope'; choose one of: metarl, discogen"),
-        (["--test"], "--test, --set and --discogen-python are options of --harness discogen"),
+        (["--test"], "--test, --set, --discogen-python and --no-record are options of --harness"),
         (["--harness", "discogen", "--seeds", "2"], "DiscoGen fixes its own seeds"),
         (["--harness", "discogen", "-t", "optimizer", "--meta", "rl2"], "DiscoGen fixes"),
     ],
@@ -361,9 +364,14 @@ def test_ppo_clip_in_discogens_harness_scores_one_against_discogens_base(tmp_pat
         *("evaluate", seed, "-t", "drift", "--harness", "discogen", "--json"),
         *("--envs", "Breakout-MinAtar", "--discogen-python", discogen_python()),
         *(item for key, value in TINY.items() for item in ("--set", f"{key}={value}")),
+        *("--archive", str(tmp_path / "metarl.db")),
     )
     assert result.exit_code == 0, result.output
     outcome = json.loads(result.stdout)
+    with Archive(tmp_path / "metarl.db", must_exist=True) as archive:
+        (archived,) = external_evaluations(archive, [source_hash(PPO_CLIP)])
+    assert archived.id == outcome["archived"] and archived.fitness == 1.0
+    assert archived.protocol == outcome["protocol"] and archived.release == "1.3.0"
     assert outcome["passed"] and outcome["isolation"] == "bubblewrap"
     (game,) = outcome["games"]
     assert game["env"] == "MinAtar/Breakout"
@@ -387,7 +395,7 @@ def test_a_drift_that_never_finishes_is_stopped_by_the_stage_limit(tmp_path):
         *("evaluate", str(hostile), "-t", "drift", "--harness", "discogen", "--json"),
         *("--envs", "Breakout-MinAtar", "--discogen-python", discogen_python()),
         *("--set", "TOTAL_TIMESTEPS=256", "--set", "NUM_ENVS=8", "--set", "NUM_STEPS=32"),
-        *("--timeout", "240"),
+        *("--timeout", "240", "--no-record"),
     )
     assert result.exit_code == 1, result.output
     outcome = json.loads(result.stdout)

@@ -419,7 +419,7 @@ def test_an_archive_from_version_8_migrates_to_one_with_a_guidance_table(tmp_pat
     db.conn.commit()
     db.conn.close()
     with Archive(path) as archive:
-        assert archive.schema_version == SCHEMA_VERSION == 9
+        assert archive.schema_version == SCHEMA_VERSION
         assert archive.get_run("r1")["task"] == "drift"
         assert run_guidance(archive, "r1") == [] and latest_guidance(archive, "r1") is None
         assert record_guidance(archive, "r1", Guidance(1, 3, "What worked:\n- x", "rule"))

@@ -23,10 +23,11 @@ def test_the_default_protocol_is_todays_demo():
 
 def test_discobench_fills_the_defaults_and_explicit_options_override_it():
     config = DiscoverConfig(protocol="discobench").resolved()
-    assert (config.suite, config.timesteps, config.seeds) == ("minatar", 10_000_000, 8)
-    assert (config.race_seeds, config.lr_sweep, config.lr_aggregation) == (32, "5", "best")
+    assert (config.suite, config.timesteps, config.seeds) == ("discobench", 10_000_000, 8)
+    assert (config.race_seeds, config.lr_aggregation) == (32, "best")
+    assert config.lr_sweep == PROTOCOLS["discobench"].settings["lr_sweep"]  # DiscoGen's 10 rates
     mine = DiscoverConfig(protocol="discobench", seeds=16, lr_aggregation="mean").resolved()
-    assert (mine.seeds, mine.lr_aggregation, mine.suite) == (16, "mean", "minatar")
+    assert (mine.seeds, mine.lr_aggregation, mine.suite) == (16, "mean", "discobench")
 
 
 def test_an_unknown_protocol_is_one_clear_error():

@@ -20,6 +20,8 @@ Tables (see DESIGN.md, "Archive"):
   candidates point at theirs through `prompt_id`/`reply_id`/`call_ids`.
 - `messages`: the conversation of a conversation-mode run, in order.
 - `guidance`: the versions of a discovery run's evolving prompt guidance (version 9).
+- `external_evaluations`: scores of a program in another project's harness (DiscoGen's), beside
+  ours (version 10).
 
 Version 2 adds the 95% bootstrap intervals over training seeds: `candidates.fitness_low`/
 `fitness_high`, `heldout_low`/`heldout_high` and their `confirmed_*` counterparts;
@@ -31,7 +33,8 @@ version 6 adds the validation role (`_v6`) and the run's evaluation protocol; ve
 `evaluations.positive_value_loss` (`_v7`); version 8 `evaluations.adaptation` and
 `evaluations.scratch` (`_v8`: JSON, a meta-RL run's mean adaptation curve and its from-scratch
 PPO reference); version 9 the `guidance` table (`_v9`: each version of a discovery run's
-evolving "what worked / what failed" prompt section; a child's `meta` names the version it saw).
+evolving "what worked / what failed" prompt section; a child's `meta` names the version it saw);
+version 10 the `external_evaluations` table (`_v10`: a program scored in another harness).
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from typing import Callable
 
 from sqlite_utils import Database
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 
 def _v1(db: Database) -> None:
@@ -357,6 +360,44 @@ def _v9(db: Database) -> None:
     )
 
 
+def _v10(db: Database) -> None:
+    """The `external_evaluations` table: one row per time a program was scored in another
+    project's harness (today DiscoGen's `run_main.py`, metarl/discogen/harness.py), kept beside
+    our own evaluations rather than in them: its protocol (seeds, rates, evaluation, budget) is
+    not ours, so its numbers never enter fitness, selection or leaderboards. A row names the
+    program by its source `hash` (a file that was never archived as a candidate still has one;
+    an archived candidate with the same code finds it) and by `candidate_id` when it was
+    evaluated as one; `protocol` (JSON) is everything the score depends on besides the
+    program, `games` (JSON list) the candidate's and the harness's base module's return per
+    game on the same seeds and their ratio."""
+    db["external_evaluations"].create(
+        {
+            "id": str,
+            "hash": str,
+            "candidate_id": str,
+            "task": str,
+            "harness": str,  # "discogen"
+            "release": str,  # the harness's version, e.g. "1.3.0"
+            "side": str,  # the harness's split: "train" | "test"
+            "protocol": str,  # JSON
+            "status": str,  # passed | failed
+            "stage": str,
+            "reason": str,
+            "fitness": float,  # mean over games of candidate / base
+            "games": str,  # JSON list of {env, candidate, candidate_std, base, base_std, ...}
+            "seconds": float,
+            "isolation": str,
+            "versions": str,  # JSON: metarl's
+            "host": str,
+            "created_at": str,
+        },
+        pk="id",
+        if_not_exists=True,
+    )
+    db["external_evaluations"].create_index(["hash"], if_not_exists=True)
+    db["external_evaluations"].create_index(["candidate_id"], if_not_exists=True)
+
+
 # MIGRATIONS[i] takes an archive from version i to version i + 1. Append only; never drop.
-MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9]
+MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9, _v10]
 assert len(MIGRATIONS) == SCHEMA_VERSION

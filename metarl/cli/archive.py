@@ -135,6 +135,7 @@ def show(
 
       metarl show r2
     """
+    from metarl.archives.external import external_evaluations  # lazy: as `_open`
     from metarl.archives.runs import listed_runs  # lazy: sqlite_utils, as `_open`
 
     with _open(archive) as store:
@@ -149,8 +150,9 @@ def show(
         evaluations = store.evaluations(cid)
         calls = store.calls(cid)
         children = store.children(cid)
+        external = external_evaluations(store, [row["hash"]] if row.get("hash") else [], [cid])
         log = str(run_log_path(store.path, row["run_id"])) if row.get("run_id") else None
-    print_candidate(cid, row, evaluations, calls, children, full=full, log=log)
+    print_candidate(cid, row, evaluations, calls, children, full=full, log=log, external=external)
 
 
 def lineage(

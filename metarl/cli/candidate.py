@@ -202,6 +202,37 @@ def _published_table(evaluations: list[dict]) -> Table | None:
     return table
 
 
+def external_table(external: list) -> Table:
+    """Scores in other projects' harnesses (DiscoGen), one row per evaluation: never ours, so
+    apart from the tables above and labelled with the harness, its side and its config."""
+    table = Table(
+        title="in other harnesses: candidate / the harness's base module, same seeds",
+        title_justify="left",
+        header_style="bold",
+    )
+    for column in ("id", "harness", "side", "config", "fitness", "games", "when"):
+        table.add_column(column, justify="right" if column == "fitness" else "left")
+    for ev in external:
+        games = (
+            ", ".join(f"{g.env.rpartition('/')[2]} {fmt(g.normalised)}" for g in ev.games)
+            if ev.passed
+            else f"failed at {ev.stage}: {ev.reason}"
+        )
+        config = ev.protocol.get("config") or "its own"
+        table.add_row(
+            *cells(
+                ev.id,
+                f"{ev.harness} {ev.release}",
+                ev.side,
+                str(config),
+                fmt(ev.fitness),
+                games,
+                ev.created_at[:16].replace("T", " "),
+            )
+        )
+    return table
+
+
 def _print_call(index: int, count: int, call: dict, full: bool) -> None:
     meta = (
         f"model {call['model']} · tokens "
@@ -237,14 +268,17 @@ def print_candidate(
     *,
     full: bool,
     log: str | None = None,
+    external: list | None = None,
 ) -> None:
-    """`metarl show`: header, failure reason, thought, code, evaluations, LLM calls.
+    """`metarl show`: header, failure reason, thought, code, evaluations, its scores in other
+    harnesses, LLM calls.
 
     Args:
         cid: the candidate's id; row: its archived row.
         evaluations, calls, children: its evaluations, LLM calls and children, as archived.
         full: show whole prompts and replies (else their ends, PROMPT_CHARS each).
         log: where its run's log is (None: not shown).
+        external: its external evaluations (archives/external.py), oldest first.
     """
     header = _candidate_header(cid, row, children, log)
     console.print(Panel(header, title=untrusted(cid, "bold"), title_align="left"))
@@ -268,6 +302,8 @@ def print_candidate(
         published = _published_table(evaluations)
         if published is not None:
             console.print(published)
+    if external:
+        console.print(external_table(external))
     for index, call in enumerate(calls, 1):
         _print_call(index, len(calls), call, full)
 

@@ -11,7 +11,13 @@ from typing import Optional
 import typer
 
 from metarl.cli.errors import USAGE, UserError
-from metarl.cli.options import parse_seed_values, seed_values_option, verbose_option
+from metarl.cli.options import (
+    archive_option,
+    parse_envs,
+    parse_seed_values,
+    seed_values_option,
+    verbose_option,
+)
 from metarl.cli.verdict import print_outcome, stage_spinner
 from metarl.evaluation.settings import CascadeSettings, validate_rates
 from metarl.logs import log_to_stderr
@@ -22,14 +28,17 @@ logger = logging.getLogger(__name__)
 
 def evaluate(
     paths: list[Path] = typer.Argument(
-        ..., help="Python files, each defining the task's function (evaluated as one batch)."
-    ),
-    task: str = typer.Option(
         ...,
+        help="Python files, each defining the task's function (evaluated as one batch); with "
+        "--harness discogen also archived candidate ids.",
+    ),
+    task: Optional[str] = typer.Option(
+        None,
         "--task",
         "-t",
         help="Which contract the file implements: drift, optimizer, or lpg (an LPG network "
-        "exported by `metarl es --task lpg`: agents it trains on the suite's envs).",
+        "exported by `metarl es --task lpg`: agents it trains on the suite's envs). An "
+        "archived candidate's is its own.",
     ),
     suite: str = typer.Option(
         DEFAULTS.suite,
@@ -115,6 +124,13 @@ def evaluate(
         "--discogen-python",
         help="--harness discogen: the Python with DiscoGen (default: $METARL_DISCOGEN_PYTHON).",
     ),
+    archive_path: str = archive_option(),
+    record: bool = typer.Option(
+        True,
+        "--record/--no-record",
+        help="--harness discogen: archive each result as an external evaluation beside ours "
+        "(shown by `metarl show` and the report; never used for selection).",
+    ),
     unsafe_no_sandbox: bool = typer.Option(
         DEFAULTS.unsafe_no_sandbox,
         "--unsafe-no-sandbox",
@@ -146,6 +162,8 @@ def evaluate(
       metarl evaluate my_drift.py --task drift --harness discogen --envs Breakout-MinAtar \
           --set TOTAL_TIMESTEPS=100000
 
+      metarl evaluate r3-12 --harness discogen --test  # an archived candidate, DiscoGen's test side
+
     Exit status: 0 when every candidate passed every stage, 1 when one stopped at a stage (the
     reason is printed, and is in the JSON: one object for one file, a list of objects with
     their "path" for several), 2 on a usage error or when the sandbox cannot run.
@@ -159,14 +177,19 @@ def evaluate(
 
     if harness not in ("metarl", "discogen"):
         raise UserError(f"unknown harness {harness!r}; choose one of: metarl, discogen")
-    if harness == "metarl" and (test or settings_items or discogen_python):
-        raise UserError("--test, --set and --discogen-python are options of --harness discogen")
+    if harness == "metarl" and (test or settings_items or discogen_python or not record):
+        raise UserError(
+            "--test, --set, --discogen-python and --no-record are options of --harness discogen"
+        )
     if harness == "discogen":
         return _evaluate_discogen(
             paths, task, test, envs, discogen_python, settings_items, timeout, memory_mb,
             unsafe_no_sandbox, as_json, meta or lr_sweep or seed_values or seeds,
+            archive_path, record,
         )  # fmt: skip
     known = [*task_names(), LPG_TASK]
+    if task is None:
+        raise UserError(f"--task: which contract the files implement ({', '.join(known)})")
     if task not in known:
         raise UserError(f"unknown task {task!r}; choose one of: {', '.join(known)}")
     suite = meta_suite_name(suite, meta)
@@ -194,9 +217,7 @@ def evaluate(
     from metarl.evaluation.cascade import Evaluator
     from metarl.evaluation.sandbox import SandboxUnavailable
 
-    env_list = [e.strip() for e in envs.split(",") if e.strip()] if envs is not None else None
-    if env_list is not None and not env_list:
-        raise UserError("--envs needs at least one environment, e.g. --envs CartPole-v1")
+    env_list = parse_envs(envs)
     if env_list is not None and task == LPG_TASK:
         raise UserError("--envs is an option of the drift and optimizer tasks, not lpg")
     settings = CascadeSettings(
@@ -262,7 +283,7 @@ def evaluate(
 
 def _evaluate_discogen(
     paths, task, test, envs, discogen_python, settings_items, timeout, memory_mb,
-    unsafe_no_sandbox, as_json, metarl_only,
+    unsafe_no_sandbox, as_json, metarl_only, archive_path, record,
 ) -> None:  # fmt: skip
     """`--harness discogen` (metarl.cli.discogen.evaluate_discogen); exits 0 when all passed."""
     # lazy: the harness imports the task layer (jax)
@@ -270,7 +291,7 @@ def _evaluate_discogen(
     from metarl.discogen.modules import MODULE_OF_TASK
     from metarl.evaluation.settings import SandboxLimits
 
-    if task not in MODULE_OF_TASK:
+    if task is not None and task not in MODULE_OF_TASK:
         raise UserError(f"--harness discogen scores {' and '.join(MODULE_OF_TASK)}, not {task!r}")
     if metarl_only:
         raise UserError(
@@ -279,17 +300,17 @@ def _evaluate_discogen(
         )
     if timeout <= 0 or memory_mb <= 0:
         raise UserError("--timeout and --memory-mb must be positive")
-    env_list = [e.strip() for e in envs.split(",") if e.strip()] if envs else None
+    env_list = parse_envs(envs)
     limits = SandboxLimits(
         timeout_s=timeout, memory_mb=memory_mb, unsafe_no_sandbox=unsafe_no_sandbox
     )
     from metarl.evaluation.isolation import SandboxUnavailable  # lazy: as the harness
 
-    sources = [_read_candidate(path) for path in paths]
     try:
         passed = evaluate_discogen(
-            paths, sources, task, test, env_list, discogen_python, settings_items, limits, as_json
-        )
+            [str(path) for path in paths], task, test, env_list, discogen_python,
+            settings_items, limits, as_json, archive_path, record,
+        )  # fmt: skip
     except SandboxUnavailable as error:
         raise UserError(error.message, USAGE, hint=error.hint) from None
     raise typer.Exit(0 if passed else 1)

@@ -74,6 +74,20 @@ def archive_hint(archive_path: str) -> str:
     return f" --archive {archive_path}" if archive_path != DEFAULT_ARCHIVE else ""
 
 
+def parse_envs(text: str | None) -> list[str] | None:
+    """`--envs A,B` as ["A", "B"] (None when the option was not given).
+
+    Raises:
+        UserError: the option was given but names no environment.
+    """
+    if text is None:
+        return None
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names:
+        raise UserError("--envs needs at least one environment, e.g. --envs CartPole-v1")
+    return names
+
+
 def parse_duration(text: str | None, option: str = "--max-time") -> float | None:
     """'600', '600s', '10m', '1.5h' -> seconds; 'none', '0', 'inf', 'unlimited' -> None.
 

@@ -78,6 +78,8 @@ def _scores_table(outcome, title: str) -> Table:
         table.add_column(column, justify=justify, overflow="fold")
     for score in outcome.env_scores:
         name = score.env + {"validation": " (validation)", "test": " (test)"}.get(score.role, "")
+        if score.lr is not None:  # a swept evaluation: one row per rate
+            name += f" @ lr {score.lr:.3g}"
         table.add_row(
             *cells(
                 name,
@@ -113,7 +115,8 @@ def print_outcome(outcome, path: Path, task: str, settings) -> None:
             f"normalised = (return - random policy) / ({reference} - random policy), same seeds "
             "and budget; "
             + "; ".join(
-                f"{s.env}: random {fmt_compact(s.random_mean, 1)}, "
+                f"{s.env}{'' if s.lr is None else f' @ lr {s.lr:.3g}'}: "
+                f"random {fmt_compact(s.random_mean, 1)}, "
                 f"{short} {fmt_compact(s.baseline_mean, 1)}"
                 for s in outcome.env_scores
                 if s.stage == "full" or len(outcome.env_scores) == 1

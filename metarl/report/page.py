@@ -29,6 +29,7 @@ from metarl.archives.store import Archive
 from metarl.report import adaptation, curriculum, figures, models
 from metarl.report.comparison import Comparison, compare_runs
 from metarl.report.guidance import GuidanceRow, guidance_of
+from metarl.report.harnesses import HarnessSection, harnesses_of
 from metarl.report.settings import ReportError, ReportSettings
 from metarl.report.story import RunStory, run_story
 
@@ -158,6 +159,7 @@ def render(
     archive_path: str,
     omitted: list[str],
     guidance: dict[str, list[GuidanceRow]] | None = None,
+    harnesses: dict[str, HarnessSection | None] | None = None,
 ) -> str:
     """The page as one HTML string.
 
@@ -168,14 +170,18 @@ def render(
         archive_path: the archive the numbers come from (shown in the header).
         omitted: runs compared but not drawn in full (beyond `settings.max_stories`).
         guidance: run id -> its guidance section's rows (report/guidance.py); none: no section.
+        harnesses: run id -> its candidates in other harnesses (report/harnesses.py); none: no
+            section.
     """
     template = _environment().get_template("report.html.j2")
     guidance = guidance or {}
+    harnesses = harnesses or {}
     runs = [
         {
             "story": s,
             "figures": run_figures(s, settings),
             "guidance": guidance.get(s.header.id, []),
+            "harnesses": harnesses.get(s.header.id),
         }
         for s in stories
     ]
@@ -279,7 +285,9 @@ def write_report(
         for run_id in shown
     ]
     guidance = {run_id: guidance_of(archive, run_id) for run_id in shown}
-    text = render(stories, comparison, settings, str(archive.path), run_ids[len(shown) :], guidance)
+    harnesses = {run_id: harnesses_of(archive, run_id) for run_id in shown}
+    omitted = run_ids[len(shown) :]
+    text = render(stories, comparison, settings, str(archive.path), omitted, guidance, harnesses)
     _write_atomically(out, text)
     seconds = (datetime.now(timezone.utc) - start).total_seconds()
     return ReportFile(path=out, bytes=len(text.encode()), runs=run_ids, seconds=seconds)

@@ -47,6 +47,9 @@ class PPOConfig:
     activation: str = "tanh"
     # Number of points the learning curve is downsampled to; memory stays flat in run length.
     num_log_points: int = 64
+    # > 0: the run is scored by a greedy evaluation of its final policy over this many
+    # episodes (ppo.greedy_returns, DiscoGen's scoring) instead of its last training episodes
+    eval_episodes: int = 0
 
     @property
     def batch_size(self) -> int:
@@ -64,11 +67,22 @@ class PPOConfig:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """The fields as a dict; a field added after configs were first hashed is left out
+        at its default (`_HASH_STABLE_DEFAULTS`), so every existing config keeps its hash, and
+        with it its cached baselines and evaluation keys."""
+        data = dataclasses.asdict(self)
+        for name, default in _HASH_STABLE_DEFAULTS.items():
+            if data[name] == default:
+                del data[name]
+        return data
 
     def config_hash(self) -> str:
         blob = json.dumps(self.to_dict(), sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+# fields added after configs were first hashed -> the default `to_dict` leaves out
+_HASH_STABLE_DEFAULTS = {"eval_episodes": 0}
 
 
 CLASSIC_CONTROL = dict(

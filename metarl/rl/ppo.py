@@ -22,6 +22,11 @@ Besides the return, the run reports how much the agent still had to learn at its
 over the GAE advantages of the same tail window as the final return. A curriculum ranks levels
 by it. It is computed here, from the raw advantages (before the loss normalises them), so a
 candidate moves it only through how it trains, never by reporting it.
+
+With `config.eval_episodes > 0` the run is scored as DiscoGen scores it (rl/discobench.py): at
+a segment's end the final policy plays `eval_episodes` greedy episodes from fresh resets
+(`greedy_returns`), and their mean is the run's `final_return` (also `greedy_return`), the one
+number every layer above scores. The learning curve stays the training curve.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ import optax
 
 from metarl.rl.components import Components, Schedule
 from metarl.rl.configs import PPOConfig
-from metarl.rl.environments import make_env
+from metarl.rl.environments import FlatDiscreteEnv, make_env
 from metarl.rl.meta_names import META_PREFIX
 from metarl.rl.networks import ActorCritic, entropy, log_prob, sample_action
 
@@ -97,12 +102,15 @@ class TrainResult(NamedTuple):
     first_nonfinite_update: jax.Array  # scalar int32, -1 when every update stayed finite
     first_negative_drift_update: jax.Array  # scalar int32, -1 when the drift stayed >= -tol
     min_drift: jax.Array  # scalar: the smallest drift value of any minibatch of the run
-    final_return: jax.Array  # scalar: see `final_return` in make_train
+    # scalar: see `final_return` in make_trainer; the greedy return with config.eval_episodes
+    final_return: jax.Array
     positive_value_loss: jax.Array  # scalar: mean max(A, 0) over the tail's updates (NaN: none)
     # meta-RL only (meta_loop.py): the adaptation curve on held-out tasks; None for PPO
     adaptation: Any = None
     # meta-RL only: PPO from scratch with the same experience on the same held-out tasks
     scratch: Any = None
+    # scalar: the mean greedy return (`greedy_returns`) with config.eval_episodes > 0, else None
+    greedy_return: Any = None
 
 
 def learning_rate_schedule(config: PPOConfig, lr: jax.Array | float | None = None) -> Schedule:
@@ -168,6 +176,56 @@ def positive_value_loss(advantages: jax.Array) -> jax.Array:
     return jnp.mean(jnp.maximum(advantages, 0.0)).astype(jnp.float32)
 
 
+def greedy_returns(
+    network: ActorCritic,
+    params: Any,
+    env: FlatDiscreteEnv,
+    key: jax.Array,
+    episodes: int,
+    max_steps: int,
+) -> jax.Array:
+    """The returns of the greedy policy (the argmax of its logits), as DiscoGen evaluates a
+    trained agent: the score is what the policy does, not what it did while exploring.
+
+    Args:
+        network: the actor-critic `params` belong to.
+        params: its parameters.
+        env: the environment (`make_env`); it resets itself after a done, which is why each
+            episode counts only up to its first done.
+        key: the evaluation's PRNG key. With `key_reset, key_steps = split(key)`, episode i
+            starts from `env.reset(split(key_reset, episodes)[i])` and step t's env keys are
+            `split(split(key_steps, max_steps)[t], episodes)`.
+        episodes: how many episodes run, in parallel (a static int).
+        max_steps: how many steps each runs (a static int): the env's `max_steps`, so every
+            episode ends by its time limit at the latest.
+
+    Returns:
+        float32 [episodes]: each episode's return summed up to and including its first done
+        (one still running after `max_steps` steps: its return so far).
+    """
+    key_reset, key_steps = jax.random.split(key)
+    obs, state = jax.vmap(env.reset)(jax.random.split(key_reset, episodes))
+
+    def step(carry, step_key):
+        state, obs, ended, total = carry
+        logits, _ = network.apply(params, obs)
+        action = jnp.argmax(logits, axis=-1)
+        out = jax.vmap(env.step)(jax.random.split(step_key, episodes), state, action)
+        total = total + jnp.where(ended, 0.0, out.reward)
+        ended = ended | out.terminated | out.truncated
+        return (out.state, out.obs, ended, total), None
+
+    start = (state, obs, jnp.zeros((episodes,), bool), jnp.zeros((episodes,), jnp.float32))
+    (_, _, _, total), _ = jax.lax.scan(step, start, jax.random.split(key_steps, max_steps))
+    return total
+
+
+# The greedy evaluation's key is fold_in(runner key, this): with JAX's partitionable threefry,
+# fold_in(k, i) equals split(k, n)[i], so a small constant would reuse a key the next update
+# draws (it splits the runner's key in 3); no split is this large.
+GREEDY_EVAL_STREAM = 0x7E5A11D0
+
+
 def _tree_all_finite(tree: Any) -> jax.Array:
     leaves = jax.tree.leaves(tree)
     return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves]))
@@ -201,6 +259,10 @@ def make_trainer(
 
         return make_meta_env_trainer(config, components, lr)
     env = make_env(config.env_name)
+    if config.eval_episodes > 0 and env.max_steps < 1:
+        raise ValueError(
+            f"{config.env_name} has no max_steps_in_episode for a greedy evaluation to run to"
+        )
     network = ActorCritic(
         num_actions=env.num_actions,
         hidden_size=config.hidden_size,
@@ -372,8 +434,9 @@ def make_trainer(
         """Run updates runner.update .. stop-1 and summarise the run so far.
 
         The final return is that of the episodes ended in the last 10% of this segment's
-        updates (of the whole run, when the segment starts at update 0 and stops at the end);
-        the positive value loss is the mean over the same updates.
+        updates (of the whole run, when the segment starts at update 0 and stops at the end),
+        or with `config.eval_episodes` the greedy evaluation's mean return at the segment's
+        end; the positive value loss is the mean over the same updates.
         """
         stop = jnp.asarray(stop, jnp.int32)
         length = stop - runner.update
@@ -399,6 +462,15 @@ def make_trainer(
             tail_updates > 0, advantage_sum / jnp.maximum(tail_updates, 1), jnp.nan
         )
         per_update = jnp.asarray(np.maximum(updates_per_bucket, 1), jnp.float32)
+        greedy = None
+        if config.eval_episodes > 0:
+            key = jax.random.fold_in(runner.key, GREEDY_EVAL_STREAM)
+            returns = greedy_returns(
+                network, runner.params, env, key, config.eval_episodes, env.max_steps
+            )
+            # non-finite parameters still pick an argmax: score NaN, never a number
+            greedy = jnp.where(_tree_all_finite(runner.params), jnp.mean(returns), jnp.nan)
+            final_return = greedy  # the one place the greedy return becomes the run's score
         return TrainResult(
             steps=jnp.asarray(bucket_end_steps),
             episode_return=jnp.where(episodes > 0, ret_sum / jnp.maximum(episodes, 1), jnp.nan),
@@ -411,6 +483,7 @@ def make_trainer(
             min_drift=runner.min_drift,
             final_return=final_return,
             positive_value_loss=value_loss_tail,
+            greedy_return=greedy,
         )
 
     return Trainer(init=init, segment=segment)

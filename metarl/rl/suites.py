@@ -13,6 +13,10 @@ almost no seed noise (ratio 5.5, spread 0.10); Breakout- and SpaceInvaders-MinAt
 them widely (ratio 15.5 and 23; no trust region scores ~0). So `classic` validates on Catch
 and Breakout and tests on SpaceInvaders, where Catch used to be its only held-out env.
 
+`discobench` is `minatar`'s split under DiscoGen 1.3.0's own config and scoring (rl/discobench.py):
+one learning rate for every game (swept by the `discobench` protocol), and a greedy evaluation
+of the final policy as the score instead of the last training episodes.
+
 A suite may carry published PPO returns (`published`: source label -> env -> mean final
 return) that scores are also normalised against, next to this machine's own baseline.
 """
@@ -24,6 +28,7 @@ from typing import Mapping
 
 from metarl.errors import USAGE, MetarlError
 from metarl.rl.configs import META_CONFIGS, PPOConfig, default_config
+from metarl.rl.discobench import DISCOBENCH_MINATAR, DISCOBENCH_SEEDS
 from metarl.rl.distributions import DISTRIBUTIONS, TEST_SEEDS, VALIDATION_SEEDS, EnvDistribution
 from metarl.rl.meta_names import METHODS, MetaEnv
 
@@ -117,6 +122,18 @@ def _drawn_suite(name: str) -> Suite:
         description=f"{distribution.base} with its parameters drawn per environment "
         f"({', '.join(r.field for r in distribution.ranges)})",
     )
+
+
+# DiscoGen's MinAtar config as a suite's overrides (its budget is the suite's total_timesteps)
+_DISCOBENCH_OVERRIDES = {k: v for k, v in DISCOBENCH_MINATAR.items() if k != "total_timesteps"}
+# DiscoGen 1.3.0's PPO baseline, domains/OnPolicyRL/utils/baseline_scores.yaml: its greedy
+# evaluation at the best of its 10 rates, the `discobench` suite's own scoring
+DISCOGEN_BASELINE = {
+    "Breakout-MinAtar": 59.52,
+    "Asterix-MinAtar": 18.59,
+    "Freeway-MinAtar": 62.19,
+    "SpaceInvaders-MinAtar": 190.63,
+}
 
 
 # meta-RL task families (rl/meta_tasks.py) and what a trial is on each
@@ -241,13 +258,23 @@ SUITES: dict[str, Suite] = {
                     "Freeway-MinAtar": 61.82,
                     "SpaceInvaders-MinAtar": 180.88,
                 },
-                "DiscoGen 1.3.0": {
-                    "Breakout-MinAtar": 59.52,
-                    "Asterix-MinAtar": 18.59,
-                    "Freeway-MinAtar": 62.19,
-                    "SpaceInvaders-MinAtar": 190.63,
-                },
+                "DiscoGen 1.3.0": DISCOGEN_BASELINE,
             },
+        ),
+        Suite(
+            "discobench",
+            # minatar's roles, under DiscoGen's config and scoring
+            envs=("Breakout-MinAtar", "Freeway-MinAtar"),
+            total_timesteps=DISCOBENCH_MINATAR["total_timesteps"],
+            short_budget=1_000_000,
+            heldout=("Asterix-MinAtar", "SpaceInvaders-MinAtar"),
+            validation=("Seaquest-MinAtar",),
+            default_seeds=DISCOBENCH_SEEDS,
+            overrides=_DISCOBENCH_OVERRIDES,
+            description="DiscoGen 1.3.0's MinAtar OnPolicyRL config (lr 1e-3 on every game; "
+            "validation: Seaquest), scored by greedy evaluation over "
+            f"{DISCOBENCH_MINATAR['eval_episodes']} episodes: for a GPU",
+            published={"DiscoGen 1.3.0": DISCOGEN_BASELINE},
         ),
         *(_drawn_suite(name) for name in ("grid-small", "grid-random", "cartpole-params")),
         *(_meta_suite(family, method) for family in TASK_FAMILIES for method in META_METHODS),

@@ -31,7 +31,9 @@ class EnvRun:
     env: str
     seeds: list[int]
     total_timesteps: int
-    final_returns: list[float]  # per seed: mean return of episodes ended in the last 10% of updates
+    # per seed: mean return of episodes ended in the last 10% of updates, or with the config's
+    # eval_episodes the mean greedy return of the final policy (ppo.greedy_returns)
+    final_returns: list[float]
     curve_steps: list[int]
     curve: list[float]  # mean over seeds, downsampled learning curve
     compile_s: float

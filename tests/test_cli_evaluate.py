@@ -140,8 +140,7 @@ def test_missing_task_option_is_a_usage_error():
     result = invoke("evaluate", str(CORPUS / "import_os.py"))
     assert result.exit_code == 2
     assert result.stderr.strip() == (
-        "metarl evaluate: error: --task: which contract the files implement "
-        "(drift, optimizer, lpg)"
+        "metarl evaluate: error: --task: which contract the files implement (drift, optimizer, lpg)"
     )
 
 

@@ -10,6 +10,7 @@ passed outcomes with the numbers a run would carry.
 from __future__ import annotations
 
 import sqlite3
+import sys
 
 import pytest
 from conftest import invoke
@@ -212,3 +213,22 @@ def test_evaluate_names_a_wrong_target_or_option_in_one_line(tmp_path, args, mes
     assert result.exit_code == 2, result.output
     assert message in result.stderr and result.stderr.strip().count("\n") == 0
     assert not (tmp_path / "none.db").exists()
+
+
+def test_an_archived_candidate_is_evaluated_by_its_id_and_its_own_task(seeded_archive):
+    """`metarl evaluate r1-0 --harness discogen` reads the candidate's code and task from the
+    archive; with an interpreter that has no DiscoGen it stops there, in one line, writing
+    nothing."""
+    seed = seeds_of(seeded_archive)[0]
+    archive = ["--archive", str(seeded_archive)]
+    python = sys.executable if sys.version_info < (3, 12) else "/usr/bin/python3"
+    no_discogen = ["--discogen-python", python]  # metarl's own 3.11: no DiscoGen
+    result = invoke("evaluate", seed["id"], "--harness", "discogen", *no_discogen, *archive)
+    assert result.exit_code == 2, result.output
+    assert "has no discogen package" in result.stderr
+    assert result.stderr.strip().count("\n") == 0
+    wrong = invoke("evaluate", seed["id"], "-t", "optimizer", "--harness", "discogen", *archive)
+    assert wrong.exit_code == 2
+    assert f"{seed['id']} is a drift candidate, not optimizer" in wrong.stderr
+    with Archive(seeded_archive) as store:
+        assert external_evaluations(store, [seed["hash"]], [seed["id"]]) == []

@@ -64,6 +64,7 @@ class ExternalEvaluation:
         candidate_id: the archived candidate it was evaluated as, None for a file.
         seconds: the program's harness run.
         isolation: how it ran ("bubblewrap").
+        versions: metarl's library versions when it was recorded.
         id: the row's id ("" before it is recorded).
         created_at: when it was recorded ("" before).
     """

@@ -10,7 +10,6 @@ from __future__ import annotations
 import ast
 import json
 import re
-from dataclasses import asdict
 from pathlib import Path
 
 from rich.table import Table
@@ -167,7 +166,7 @@ def _archive_outcomes(
 ) -> list[str]:
     """Record each outcome as an external evaluation in the archive; their row ids."""
     # lazy: sqlite_utils and the task layer
-    from metarl.archives.external import ExternalEvaluation, ExternalGame, record_external
+    from metarl.archives.external import ExternalEvaluation, record_external
     from metarl.archives.store import Archive
     from metarl.platform import library_versions
     from metarl.tasks.candidate import source_hash
@@ -187,7 +186,7 @@ def _archive_outcomes(
                 stage=outcome.stage,
                 reason=outcome.reason,
                 fitness=outcome.fitness,
-                games=tuple(ExternalGame(**asdict(game)) for game in outcome.games),
+                games=outcome.games,
                 candidate_id=candidate_id,
                 seconds=outcome.seconds,
                 isolation=outcome.isolation,

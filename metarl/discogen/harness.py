@@ -25,6 +25,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from metarl.archives.external import ExternalGame
 from metarl.discogen.runtime import Runtime
 from metarl.discogen.task import TaskManifest, export_task
 from metarl.errors import MetarlError
@@ -52,23 +53,10 @@ class HarnessFault(MetarlError, RuntimeError):
     """DiscoGen's own base task failed here: the evaluator's fault, not the candidate's."""
 
 
-@dataclass(frozen=True)
-class GameScore:
-    """One game in DiscoGen's harness.
-
-    Attributes:
-        env: DiscoGen's id (`MinAtar/Breakout`).
-        candidate, candidate_std: the candidate's return (mean and std over DiscoGen's seeds).
-        base, base_std: DiscoGen's base module's, on the same seeds.
-        normalised: candidate / base (the random reference is 0); None when undefined.
-    """
-
-    env: str
-    candidate: float
-    candidate_std: float
-    base: float
-    base_std: float
-    normalised: float | None
+# One game in DiscoGen's harness: the archive's record of an external game (env, the candidate's
+# and the base module's return mean and std on DiscoGen's seeds, their ratio), used as it is so
+# an outcome is archived without a copy.
+GameScore = ExternalGame
 
 
 @dataclass(frozen=True)

@@ -161,9 +161,9 @@ def test_an_lpg_candidate_is_read_back_exactly():
     [
         ("import os\nos.system('touch /tmp/pwned')", "assigns LPG_SHAPE"),
         ("LPG_SHAPE = {}\nLPG_WEIGHTS = __import__('os').getcwd()", "not a literal"),
-        ("LPG_SHAPE = {'gru_width': 1000000000}\nLPG_WEIGHTS = ''", "bad value"),
+        ("LPG_SHAPE = {'gru_width': 1000000000}\nLPG_WEIGHTS = ''", "must be an int"),
         ("LPG_SHAPE = {'evil': 1}\nLPG_WEIGHTS = ''", "unknown fields"),
-        ("LPG_SHAPE = {}\nLPG_WEIGHTS = 'not base64!'", "not an encoded LPG network"),
+        ("LPG_SHAPE = {}\nLPG_WEIGHTS = 'not base64!'", "not base64"),
         ("def f(:\n", "not Python"),
     ],
 )
@@ -175,7 +175,7 @@ def test_a_hostile_or_broken_candidate_is_refused_without_running_it(source, rea
 def test_weights_for_another_shape_or_non_finite_are_refused():
     params = init_lpg(jax.random.PRNGKey(0), SHAPE)
     other = SHAPE._replace(gru_width=9)
-    with pytest.raises(ValueError, match="other sizes"):
+    with pytest.raises(ValueError, match="has shape"):
         read_lpg_source(
             f"LPG_SHAPE = {dict(other._asdict())!r}\nLPG_WEIGHTS = {encode_lpg_weights(params)!r}"
         )

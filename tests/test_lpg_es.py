@@ -79,7 +79,7 @@ def test_the_lpg_evaluator_refuses_a_program_without_training_it():
     outcome = evaluator.evaluate("import os\nos.system('true')")
     assert not outcome.passed and outcome.stage == "static"
     assert "not an LPG network" in outcome.reason
-    assert evaluator._programs == {}
+    assert evaluator.jobs == 0  # no worker was started for it
 
 
 @pytest.fixture

@@ -540,6 +540,6 @@ def test_an_optimizer_that_returns_nan_is_a_non_finite_update_and_scores_nan(nam
     # pulls arms (~0.49 on a bandit): its score must be NaN, never that number.
     run = run_training(config, Components(make_optimizer=_nan_optimizer), [0])
     assert run.nonfinite_update == 0
-    assert run.nonfinite_seed == 0
+    assert run.nonfinite_seed_index == 0
     assert np.isnan(run.final_returns[0])
     assert run.adaptation == [[None] * len(run.adaptation[0])]

@@ -11,7 +11,7 @@ from metarl.blackbox.export import lpo_source
 from metarl.rl.lpo import init_params
 from metarl.tasks import get_task, task_names
 from metarl.tasks.candidate import load_function
-from metarl.tasks.drift.probes import gradient_disagreements, probe_inputs
+from metarl.tasks.drift.probes import gradient_disagreements, probe_inputs, training_inputs
 from metarl.tasks.probing import (
     describe_exception,
     fingerprint,
@@ -180,20 +180,35 @@ def honest_drifts() -> dict[str, str]:
         "lpo": task.seed_program("lpo").source,
         "lpo network": lpo_source(network),
         "symbolic style": SYMBOLIC_STYLE,
+        "kl style": drift("    return jnp.abs(advantage) * (ratio - 1.0 - jnp.log(ratio))\n"),
+        "tanh": drift("    return jnp.square(jnp.tanh(advantage * (ratio - 1.0)))\n"),
+        "quadratic": drift(
+            "    return 0.5 * jnp.square(ratio - 1.0) * (1.0 + jnp.abs(advantage))\n"
+        ),
     }
 
 
-@pytest.mark.parametrize("name", ["ppo_clip", "lpo", "lpo network", "symbolic style"])
+HONEST = ["ppo_clip", "lpo", "lpo network", "symbolic style", "kl style", "tanh", "quadratic"]
+
+
+@pytest.mark.parametrize("name", HONEST)
 def test_honest_gradients_are_the_slopes_of_their_values_for_50_probe_seeds(name):
-    """The tolerance of check 7 holds for honest drifts whatever the probe seed (none allowed
-    to disagree; kinks such as PPO-clip's at 1 +- eps included)."""
+    """The tolerance of check 7 holds for honest drifts whatever the probe seed, on the probe
+    batch and on the training-range batches (none allowed to disagree; kinks such as
+    PPO-clip's at 1 +- eps included)."""
     function = load("drift", honest_drifts()[name])
     values = jax.jit(lambda r, a: function(r, a, 0.2))
     grad = jax.jit(jax.grad(lambda r, a: jnp.sum(function(r, a, 0.2))))
     for rng_seed in range(50):
-        ratio, advantage = probe_inputs(rng_seed)
-        bad = gradient_disagreements(values, grad, ratio, advantage)
-        assert not bad[ratio[bad] != 1.0].size, (rng_seed, ratio[bad], advantage[bad])
+        for ratio, advantage in [probe_inputs(rng_seed), *training_inputs(rng_seed)]:
+            bad = gradient_disagreements(values, grad, ratio, advantage)
+            assert not bad[ratio[bad] != 1.0].size, (rng_seed, ratio[bad], advantage[bad])
+
+
+@pytest.mark.parametrize("name", HONEST)
+def test_honest_drifts_pass_every_probe(name):
+    report = probe("drift", honest_drifts()[name], 3)
+    assert report.ok, report.reason
 
 
 FORGED_GRADIENTS = {
@@ -203,6 +218,15 @@ FORGED_GRADIENTS = {
     "changed for |A| > 1.5": (
         "c + (ratio - jax.lax.stop_gradient(ratio)) * jnp.where(jnp.abs(advantage) > 1.5, "
         "advantage, 0.0)"
+    ),
+    # where the probe batch (normalised, plus +-3) does not look but training goes
+    "negative drift's for |A| > 4": (
+        "c + jnp.where(jnp.abs(advantage) > 4.0, -8.0 * (ratio - 1.0) ** 2 * jnp.abs(advantage)"
+        " - jax.lax.stop_gradient(-8.0 * (ratio - 1.0) ** 2 * jnp.abs(advantage)), 0.0)"
+    ),
+    "negated for |A| > 8": (
+        "c + (ratio - jax.lax.stop_gradient(ratio)) * jnp.where(jnp.abs(advantage) > 8.0, "
+        "-2.0 * advantage, 0.0)"
     ),
 }
 

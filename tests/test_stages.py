@@ -8,10 +8,14 @@ shows that a stage's verdict depends only on its typed inputs.
 from __future__ import annotations
 
 import base64
+import logging
+from dataclasses import replace
 
 import numpy as np
 import pytest
+from test_seed_secrecy import POOL, leaked
 
+from metarl.discovery.proposers.llm.prompts import feedback_text, outcome_summary
 from metarl.evaluation import stages
 from metarl.evaluation.settings import CascadeSettings, plan_runs
 from metarl.platform import backend
@@ -185,10 +189,16 @@ def test_known_fingerprints_stop_a_duplicate_before_training(ppo_clip_artifact, 
     assert "compile" not in again.timings
 
 
-def test_a_nan_in_training_fails_its_candidate_alone():
+def test_a_nan_in_training_fails_its_candidate_alone_and_no_text_names_a_seed(caplog):
+    """The trainer's whole path (baselines, probes on the artifact, training, scoring) on a
+    training seed of a recognisable value: the candidate that goes NaN fails alone, and no
+    reason, warning, output, proposer feedback or log record carries a seed's value (the
+    reason names it by position: tests/test_seed_secrecy.py)."""
+    caplog.set_level(logging.DEBUG, logger="metarl")
+    settings = replace(SETTINGS, seed_values=POOL[:1])
     task = get_task("optimizer")
-    wanted = [entry.key for entry in plan_runs(SETTINGS)]
-    baselines = stages.train_baselines(task, SETTINGS, wanted, PLATFORM)
+    wanted = [entry.key for entry in plan_runs(settings)]
+    baselines = stages.train_baselines(task, settings, wanted, PLATFORM)
     references = {
         run["key"]: {
             "baseline_mean": float(np.mean(run["final_returns"])),
@@ -198,8 +208,20 @@ def test_a_nan_in_training_fails_its_candidate_alone():
     }
     batch = [artifact_of(OVERFLOWING, task), artifact_of(task.baseline_program().source, task)]
     overflowing, adam = stages.evaluate_artifacts(
-        task, batch, SETTINGS, references, [7, 7], PLATFORM
+        task, batch, settings, references, [7, 7], PLATFORM
     )
     assert not overflowing.passed and overflowing.stage == "short"
     assert overflowing.reason.startswith("training produced NaN/inf at update")
+    assert "(training seed " in overflowing.reason
     assert adam.passed and adam.fitness == 1.0, adam.reason
+    assert adam.env_scores[-1].seeds == POOL[:1]  # recorded where it belongs
+    for outcome in (overflowing, adam):
+        texts = [
+            outcome.reason or "",
+            *outcome.warnings,
+            outcome.stdout,
+            outcome_summary(outcome),
+            feedback_text(outcome, "x", "r1-1"),
+        ]
+        assert [leaked(text) for text in texts] == [[]] * len(texts)
+    assert leaked("\n".join(record.getMessage() for record in caplog.records)) == []

@@ -108,7 +108,7 @@ def test_nan_in_the_objective_is_reported_with_its_update():
     run = run_training(TINY, Components(drift=explosive_drift), seeds=[0])
     assert not run.finite
     assert run.nonfinite_update == 0  # the first update already produced NaN parameters
-    assert run.nonfinite_seed == 0
+    assert run.nonfinite_seed_index == 0
 
 
 def test_gae_bootstraps_truncated_steps_but_not_terminal_ones():

@@ -22,6 +22,12 @@ A resume is refused (`LiveRun`) while the run is live:
   on another host (where no process can be asked): its last heartbeat is younger than
   STALE_AFTER_S.
 
+A run that dies of a failing archive write (an `ArchiveFault`: a full disk, a held lock) is
+recorded as failed with the reason "archive write failed: database or disk is full" when that
+last write goes through, and the error it raises names the run, what its row now says, and the
+command that resumes it (`fault_of_run`): with the disk still full the row still says running,
+and a resume takes it over all the same, since its process is gone.
+
 STALE_AFTER_S is 120 s: a live run writes a heartbeat every 15 s, but a write may wait up to
 the archive's 60 s busy timeout behind another writer, so a live run's heartbeat can be up to
 ~75 s old; 120 s leaves room for that without ever calling a live run stale, while a run whose
@@ -43,6 +49,7 @@ from pathlib import Path
 from typing import Callable
 
 from metarl.archives.columns import now
+from metarl.archives.faults import ArchiveFault, ArchiveFull
 from metarl.archives.store import Archive, ArchiveError, pid_alive
 from metarl.logs import log_to_file, run_log_path
 
@@ -51,6 +58,13 @@ logger = logging.getLogger(__name__)
 HEARTBEAT_EVERY_S = 15.0
 STALE_AFTER_S = 120.0
 INTERRUPTED = "interrupted (Ctrl-C); resume continues here"
+# method -> the command that resumes one of its runs ({run}: its id); a method not named here
+# (a derivation: distil, symbolic) has no resume
+RESUME_COMMANDS = {
+    "discovery": "metarl resume {run}",
+    "es": "metarl es --resume {run}",
+    "grpo": "metarl train-proposer --resume {run}",
+}
 
 Clock = Callable[[], datetime]
 # runs whose session block is open in this process, as (archive file, run id): a run whose row
@@ -62,6 +76,57 @@ _OPEN_LOCK = threading.Lock()
 
 class LiveRun(ArchiveError):
     """A resume refused: the run is still running (one line for the user)."""
+
+
+def failure_reason(error: BaseException | str) -> str:
+    """The reason a run that died of `error` is recorded with.
+
+    Args:
+        error: what ended it, or the reason itself.
+
+    Returns:
+        "archive write failed: <SQLite's message>" for a full disk, "archive error: <SQLite's
+        message>" for another archive fault, else "Type: message".
+    """
+    if isinstance(error, ArchiveFull):
+        return f"archive write failed: {error.reason}"
+    if isinstance(error, ArchiveFault):
+        return f"archive error: {error.reason}"
+    if isinstance(error, BaseException):
+        return f"{type(error).__name__}: {error}"
+    return str(error)
+
+
+def fault_of_run(error: ArchiveFault, run_id: str, method: str, recorded: bool) -> ArchiveFault:
+    """The error to raise when run `run_id` died of archive fault `error`: the same kind of
+    fault, saying which run stopped, what its row says now, and how to go on.
+
+    Args:
+        error: the fault that ended the run.
+        run_id: the run.
+        method: its method (which command resumes it: RESUME_COMMANDS).
+        recorded: whether the run's row could be marked failed; if not (the disk is still
+            full) it still says running, which a resume takes over once the process is gone.
+
+    Returns:
+        A fault of `error`'s class, with `error`'s reason, raised `from error` by the caller.
+    """
+    reason = failure_reason(error)
+    command = RESUME_COMMANDS.get(method)
+    if command is None:
+        after = "then run it again (a derived run has no resume)"
+    else:
+        after = f"then `{command.format(run=run_id)}`"
+    if recorded:
+        message = f"run {run_id} failed: {reason}"
+    else:
+        message = (
+            f"run {run_id} stopped: {reason}; its row still says running (the archive refused "
+            "to record the failure too)"
+        )
+        if command is not None:
+            after += ", which takes over a run whose process is gone"
+    return type(error)(message, reason=error.reason, hint=f"{error.remedy}, {after}")
 
 
 @dataclass(frozen=True)
@@ -271,6 +336,12 @@ class RunSession:
         return self
 
     def __exit__(self, kind, error, traceback) -> None:
+        """Record what `finish` was not told; an archive fault leaving the block is raised
+        again as `fault_of_run` says (naming the run and what its row says).
+
+        Raises:
+            ArchiveFault: the block ended with one (the same kind, saying how to go on).
+        """
         try:
             if self.ended is None:
                 if error is None:
@@ -278,7 +349,9 @@ class RunSession:
                 elif isinstance(error, KeyboardInterrupt):
                     self.finish("interrupted", INTERRUPTED)
                 else:
-                    self.fail(error)
+                    recorded = self.fail(error)
+                    if isinstance(error, ArchiveFault):
+                        raise fault_of_run(error, self.run_id, self.method, recorded) from error
         finally:
             self._release()
             self._exits.close()
@@ -325,21 +398,24 @@ class RunSession:
         fields = {**self._final_columns(), **columns}
         written = self.archive.finish_run(self.run_id, status, reason, **fields)
         self.ended = status
-        log = logger.warning if status == "failed" else logger.info
-        log("run %s %s (%s)", self.run_id, status, reason)
+        if written:
+            log = logger.warning if status == "failed" else logger.info
+            log("run %s %s (%s)", self.run_id, status, reason)
+        else:  # finish_run logged why (a full disk)
+            logger.warning(
+                "run %s %s (%s), but its row still says running", self.run_id, status, reason
+            )
         self._release()
         return written
 
     def fail(self, error: BaseException | str, **columns) -> bool:
-        """Record the run as failed, its reason `Type: message` (also its `error`).
+        """Record the run as failed, its reason (also its `error`) as `failure_reason` says:
+        `Type: message`, or "archive write failed: ..." for a full disk.
 
         Returns:
-            Whether the row was written.
+            Whether the row was written (not when the archive still refuses writes).
         """
-        if isinstance(error, BaseException):
-            reason = f"{type(error).__name__}: {error}"
-        else:
-            reason = str(error)
+        reason = failure_reason(error)
         return self.finish("failed", reason, **{"error": reason, **columns})
 
     # -- plumbing ----------------------------------------------------------------------------
@@ -355,7 +431,9 @@ class RunSession:
             try:
                 if not self.beat():
                     return
-            except Exception:  # a busy or full disk: the next beat tries again
+            except ArchiveError as error:  # a busy or full disk: the next beat tries again
+                logger.warning("run %s: heartbeat not written: %s", self.run_id, error)
+            except Exception:  # not the archive's: its traceback, and the next beat tries again
                 logger.warning("run %s: heartbeat not written", self.run_id, exc_info=True)
 
     def _stop_heartbeat(self) -> None:

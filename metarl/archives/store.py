@@ -11,11 +11,6 @@ import json
 import logging
 import os
 import socket
-import sqlite3
-import threading
-from contextlib import contextmanager
-from pathlib import Path
-from typing import Iterator
 
 from sqlite_utils import Database
 
@@ -29,14 +24,14 @@ from metarl.archives.columns import (
     outcome_columns,
     sum_known,
 )
-from metarl.archives.schema import MIGRATIONS, SCHEMA_VERSION
-from metarl.errors import MetarlError
+from metarl.archives.connection import ArchiveConnection
+from metarl.archives.faults import ArchiveError
 from metarl.evaluation.outcome import EVALUATOR_FAULT, Outcome
 from metarl.evaluation.roles import role_matrix, summarise
 from metarl.rl.statistics import Estimate
 
 logger = logging.getLogger(__name__)
-# columns.py's helpers that callers import from here, with the store
+# columns.py's helpers and faults.py's ArchiveError, which callers import from here
 __all__ = [
     "Archive",
     "ArchiveError",
@@ -47,7 +42,6 @@ __all__ = [
     "pid_alive",
 ]
 
-OUR_TABLES = {"runs", "candidates", "evaluations", "parents", "calls", "messages"}
 # what re-evaluating a candidate on more seeds adds to its row; copied along with a cached one
 CONFIRMATION_COLUMNS = (
     "confirmed_fitness",
@@ -68,10 +62,6 @@ def _insert_evaluations(
         db["evaluations"].insert(encode_row("evaluations", record))
 
 
-class ArchiveError(MetarlError):
-    """A problem the user can fix (missing file, unknown run or candidate); one clear line."""
-
-
 def pid_alive(pid: int | None) -> bool:
     if not pid:
         return False
@@ -84,100 +74,10 @@ def pid_alive(pid: int | None) -> bool:
     return True
 
 
-class Archive:
-    """A metarl archive file. `must_exist=True` for commands that only read."""
-
-    def __init__(self, path: str | os.PathLike, *, must_exist: bool = False):
-        self.path = Path(path)
-        if self.path.is_dir():
-            raise ArchiveError(f"{self.path} is a directory, not an archive file")
-        if must_exist and not self.path.exists():
-            raise ArchiveError(
-                f"no archive at {self.path}",
-                hint="run `metarl discover` first, or pass --archive PATH",
-            )
-        if not self.path.parent.exists():
-            raise ArchiveError(
-                f"cannot create {self.path}: folder {self.path.parent} does not exist"
-            )
-        self._lock = threading.RLock()
-        try:
-            conn = sqlite3.connect(str(self.path), timeout=60, check_same_thread=False)
-            conn.isolation_level = None  # transactions are explicit (BEGIN IMMEDIATE ... COMMIT)
-            conn.row_factory = sqlite3.Row
-            self.db = Database(conn)
-            self.conn = conn
-            conn.execute("PRAGMA busy_timeout = 60000")
-            mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
-            if mode != "wal":
-                conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = NORMAL")
-            self._migrate()
-        except sqlite3.DatabaseError as error:
-            raise ArchiveError(f"{self.path} is not a usable SQLite archive ({error})") from None
-
-    # -- plumbing ---------------------------------------------------------------------------
-
-    def close(self) -> None:
-        """Close the connection; a failure is logged, never raised (the file stays consistent:
-        every write was its own committed transaction)."""
-        try:
-            self.conn.close()
-        except sqlite3.Error:
-            logger.warning("closing the archive %s failed", self.path, exc_info=True)
-
-    def __enter__(self) -> "Archive":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    @contextmanager
-    def transaction(self) -> Iterator[Database]:
-        """One atomic write. Nested calls join the outer transaction."""
-        with self._lock:
-            if self.conn.in_transaction:
-                yield self.db
-                return
-            self.conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield self.db
-            except BaseException:
-                if self.conn.in_transaction:
-                    self.conn.execute("ROLLBACK")
-                raise
-            else:
-                self.conn.execute("COMMIT")
-
-    @property
-    def schema_version(self) -> int:
-        return self.conn.execute("PRAGMA user_version").fetchone()[0]
-
-    def _migrate(self) -> None:
-        version = self.schema_version
-        if version > SCHEMA_VERSION:
-            raise ArchiveError(
-                f"{self.path} was written by a newer metarl (schema {version}; this one reads "
-                f"up to {SCHEMA_VERSION})",
-                hint="upgrade metarl",
-            )
-        if version == SCHEMA_VERSION:
-            return
-        existing = set(self.db.table_names())
-        if version == 0 and existing and not existing & OUR_TABLES:
-            raise ArchiveError(f"{self.path} is a SQLite file but not a metarl archive")
-        with self.transaction():
-            version = self.schema_version  # another process may have migrated meanwhile
-            for step in range(version, SCHEMA_VERSION):
-                MIGRATIONS[step](self.db)
-            self.conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-
-    def query(self, sql: str, params=()) -> list[dict]:
-        with self._lock:
-            return [dict(row) for row in self.conn.execute(sql, params).fetchall()]
-
-    def integrity_check(self) -> str:
-        return self.conn.execute("PRAGMA integrity_check").fetchone()[0]
+class Archive(ArchiveConnection):
+    """A metarl archive file (`must_exist=True` for commands that only read): its runs,
+    candidates, evaluations, lineage, calls and messages. Opening, transactions and the
+    translation of SQLite's failures are `ArchiveConnection`'s (connection.py)."""
 
     # -- runs -------------------------------------------------------------------------------
 
@@ -214,8 +114,8 @@ class Archive:
         without it and the caller is already ending. Returns whether it was written."""
         try:
             self.update_run(run_id, status=status, stop_reason=reason, ended_at=now(), **fields)
-        except (sqlite3.Error, ArchiveError):
-            logger.exception("could not record run %s as %s", run_id, status)
+        except ArchiveError as error:  # every SQLite error arrives as one (transaction())
+            logger.error("could not record run %s as %s: %s", run_id, status, error)
             return False
         return True
 

@@ -245,6 +245,7 @@ class LPGRun(ESRun):
             updates=self.config.eval_updates,
             num_envs=self.config.env_workers,
             roles=roles,
+            limits=settings.limits(),  # an export is scored under the cascade's limits
         )
 
     def make_fitness(self, evaluator) -> Callable:

@@ -1,5 +1,9 @@
 """`metarl export CANDIDATE --format discogen -o DIR`: a candidate as a DiscoGen task directory
-(metarl/discogen/task.py), runnable with DiscoGen's own `run_main.py`.
+(metarl/discogen/task.py), scored in metarl's sandbox by `metarl evaluate --harness discogen`.
+
+DiscoGen's own `run_main.py` imports the candidate in a plain process, so the export is guarded
+as an evaluation is: a candidate metarl's static check refuses is not exported (one line,
+before DiscoGen's runtime is looked up), unless `--unsafe-export-refused` asks for it, loudly.
 
 DiscoGen runs in its own interpreter (Python >= 3.12; metarl/discogen/runtime.py), so nothing
 here imports it; without one, the command says how to get one, in one line.
@@ -10,6 +14,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+import shlex
 from pathlib import Path
 
 from rich.table import Table
@@ -17,7 +22,7 @@ from rich.text import Text
 
 from metarl.cli.console import console, say
 from metarl.cli.errors import UserError
-from metarl.cli.options import parse_envs
+from metarl.cli.options import DEFAULT_ARCHIVE, parse_envs
 
 # DiscoGen's config keys are upper-case identifiers (`TOTAL_TIMESTEPS`, `NUM_ENVS`)
 _KEY = re.compile(r"[A-Z][A-Z0-9_]*")
@@ -55,10 +60,20 @@ def export_discogen(
     envs: str | None,
     discogen_python: str | None,
     settings: list[str] | None,
+    unsafe_export_refused: bool = False,
 ) -> None:
     """Write the DiscoGen task of `target` (an archived candidate id or hash prefix, or a
-    candidate file with `--task`) to `output`; see `metarl export --help`."""
+    candidate file) to `output`; see `metarl export --help`.
+
+    The static check runs before DiscoGen's runtime is looked up, so a refused candidate is
+    refused in one line on any machine, and nothing is written.
+
+    Raises:
+        RefusedExport: metarl's static check refuses the candidate (no --unsafe-export-refused).
+        UserError: a bad option, target or archive.
+    """
     # lazy: the exporter imports the task layer (jax); `metarl --help` stays fast
+    from metarl.discogen.guard import check_exportable
     from metarl.discogen.runtime import find_runtime
     from metarl.discogen.task import export_task
 
@@ -67,6 +82,8 @@ def export_discogen(
         raise UserError("--format discogen needs --output DIR (the task directory to create)")
     env_list = parse_envs(envs)
     source, task, candidate_id = _candidate(target, archive, task)
+    name = candidate_id or target
+    refused = check_exportable(source, task, name=name, unsafe=unsafe_export_refused)
     runtime = find_runtime(discogen_python)
     manifest = export_task(
         source,
@@ -77,12 +94,82 @@ def export_discogen(
         envs=tuple(env_list) if env_list else None,
         config=overrides,
         candidate_id=candidate_id,
+        unsafe_export_refused=unsafe_export_refused,
     )
-    say(
+    if refused is not None:
+        _warn_refused(name, refused, manifest.module, output)
+        command = None  # metarl's harness refuses it too: no command scores it
+    else:
+        file_task = task if candidate_id is None else None
+        archived_in = archive if candidate_id is not None else None
+        command = sandboxed_command(
+            target, file_task, test, env_list, settings, discogen_python, archived_in
+        )
+    wrote = (
         f"wrote DiscoGen's {manifest.side} task ({', '.join(manifest.envs)}) with the candidate "
-        f"as {manifest.module}.py to {output}; run it: cd {output} && "
-        f"{runtime.python} run_main.py"
+        f"as {manifest.module}.py to {output}"
     )
+    say(f"{wrote}; score it in metarl's sandbox: {command}" if command else wrote)
+
+
+def _warn_refused(name: str, reason: str, module: str, output: Path) -> None:
+    """The loud line an export of a refused candidate (`--unsafe-export-refused`) prints on
+    stderr: DiscoGen's `run_main.py` would import its module unsandboxed.
+
+    Args:
+        name: the candidate's id or file.
+        reason: the static check's reason (inert, check_exportable's).
+        module: the DiscoGen module written ("loss" or "optim").
+        output: the task directory.
+    """
+    say(
+        f"warning: {name} was refused by the static check ({reason}); its {module}.py runs "
+        f"code metarl never lets run: run {output} only inside a sandbox, never with a plain "
+        "`python run_main.py`",
+        err=True,
+        style="bold red",
+    )
+
+
+def sandboxed_command(
+    target: str,
+    task: str | None,
+    test: bool,
+    envs: list[str] | None,
+    settings: list[str] | None,
+    discogen_python: str | None,
+    archive: str | None,
+) -> str:
+    """The `metarl evaluate ... --harness discogen` that scores an exported candidate as its
+    task directory was built, inside metarl's sandbox (never a plain `python run_main.py`,
+    which would import the candidate unsandboxed on this machine).
+
+    Args:
+        target: the candidate as given (a file or an archived id).
+        task: `--task` for a file target; None for an archived candidate (the archive knows).
+        test: DiscoGen's test side.
+        envs: the games, when chosen.
+        settings: the `--set KEY=VALUE` items, as given.
+        discogen_python: the runtime's `--discogen-python`, when given.
+        archive: the archive of an archived candidate (named only when not the default).
+
+    Returns:
+        One shell command line, every argument quoted for the shell.
+    """
+    words = ["metarl", "evaluate", target, "--harness", "discogen"]
+    if task is not None:
+        words += ["--task", task]
+    if test:
+        words.append("--test")
+    if envs:
+        words += ["--envs", ",".join(envs)]
+    for item in settings or []:
+        words += ["--set", item]
+    if discogen_python:
+        words += ["--discogen-python", discogen_python]
+    if archive is not None and archive != DEFAULT_ARCHIVE:
+        words += ["--archive", archive]
+    return shlex.join(words)
 
 
 def _candidate(target: str, archive: str, task: str | None) -> tuple[str, str, str | None]:
@@ -91,12 +178,14 @@ def _candidate(target: str, archive: str, task: str | None) -> tuple[str, str, s
     if path.suffix == ".py" or path.exists():
         if not path.is_file():
             raise UserError(f"no such file: {path}")
-        if task is None:
-            raise UserError(f"--task drift or --task optimizer: which contract {path} implements")
         try:
-            return path.read_text(encoding="utf-8"), task, None
+            source = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as error:
             raise UserError(f"cannot read {path}: {error}") from None
+        task = task or defined_task(source)
+        if task is None:
+            raise UserError(f"--task drift or --task optimizer: which contract {path} implements")
+        return source, task, None
     if not Path(archive).exists():
         raise UserError(f"no such file: {target} (and no archive at {archive} to look it up in)")
     # lazy: sqlite_utils
@@ -108,6 +197,35 @@ def _candidate(target: str, archive: str, task: str | None) -> tuple[str, str, s
     if task is not None and task != row["task"]:
         raise UserError(f"{candidate_id} is a {row['task']} candidate, not {task}")
     return row["code"], row["task"], candidate_id
+
+
+def defined_task(source: str) -> str | None:
+    """The task a candidate file is for, read from its syntax (never executed): the one
+    registered task whose function the file defines at its top level.
+
+    Args:
+        source: the file's text (untrusted).
+
+    Returns:
+        The task's name, or None when the file does not parse, is over the static check's size
+        limit, or defines no registered task's function or more than one.
+    """
+    from metarl.evaluation.static_check import MAX_SOURCE_BYTES  # lazy: the task layer
+    from metarl.tasks import task_names  # lazy: the task layer (jax)
+
+    if len(source.encode("utf-8", "surrogatepass")) > MAX_SOURCE_BYTES:
+        return None  # the static check refuses it anyway; never parse an oversized file
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None  # no task to infer: the caller asks for --task
+    registered = set(task_names())
+    defined = {
+        node.name
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef) and node.name in registered
+    }
+    return defined.pop() if len(defined) == 1 else None
 
 
 def evaluate_discogen(

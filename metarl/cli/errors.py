@@ -19,6 +19,11 @@ application's command group, maps that one class, and click's own usage errors, 
     metarl <command>: error: <message>; hint: <hint>
 
 and exits with its status: a new error class needs nothing here.
+
+That holds for the archive file too: a full disk, a damaged file or a held lock reaches a
+command as an `ArchiveFault` (metarl/archives/faults.py), a `MetarlError`, because the archive
+turns every sqlite3 error into one where the SQL runs (`Archive.__init__`, `transaction`,
+`query`). So no command prints a sqlite3 traceback, and nothing here knows sqlite3.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """`metarl export`: a run as JSON or CSV (everything it archived), as a training dataset for
 trl's trainers (sft, dpo, grpo: JSON lines that `datasets.load_dataset("json", ...)` reads), or
-one candidate as a DiscoGen task directory (discogen: metarl.cli.discogen).
+one candidate as a DiscoGen task directory (discogen: metarl.cli.discogen), which must pass
+metarl's static check unless `--unsafe-export-refused` asks for a refused one, loudly.
 
 The JSON and CSV exports are `metarl.cli.archive.export`'s; the datasets are built by
 `metarl.grpo.export`, imported only when one is asked for (it imports the task layer: jax), so
@@ -56,7 +57,11 @@ def export(
         "or full (default full: passed every stage).",
     ),
     task: Optional[str] = typer.Option(
-        None, "--task", "-t", help="discogen, a candidate file: drift or optimizer."
+        None,
+        "--task",
+        "-t",
+        help="discogen, a candidate file: drift or optimizer (default: the task whose function "
+        "the file defines).",
     ),
     test: bool = typer.Option(
         False, "--test", help="discogen: DiscoGen's test side (Asterix, SpaceInvaders)."
@@ -78,6 +83,13 @@ def export(
         "--set",
         help="discogen: KEY=VALUE replacing a value of every game's config, e.g. "
         "TOTAL_TIMESTEPS=100000 (repeatable; recorded in metarl.json).",
+    ),
+    unsafe_export_refused: bool = typer.Option(
+        False,
+        "--unsafe-export-refused",
+        help="discogen: export a candidate metarl's static check refuses (for research on "
+        "refused code). Its module then runs code metarl never lets run: run the task only "
+        "inside a sandbox.",
     ),
     archive: str = archive_option(),
 ) -> None:
@@ -106,9 +118,14 @@ def export(
 
       metarl export r3 --format grpo --archive results/metarl.db
 
-      metarl export r3-12 --format discogen -o r3-12-discogen        # then: python run_main.py
+      metarl export r3-12 --format discogen -o r3-12-discogen
+      # then: metarl evaluate r3-12 --harness discogen     (sandboxed)
 
-      metarl export my_drift.py -t drift -f discogen -o t --set TOTAL_TIMESTEPS=100000
+      metarl export my_drift.py -f discogen -o t --set TOTAL_TIMESTEPS=100000
+
+    A discogen export must pass metarl's static check, as an evaluation
+    must: a plain `python run_main.py` in the task imports the candidate
+    unsandboxed on this machine.
     """
     if fmt_name == DISCOGEN:
         # lazy: the exporter imports the task layer (jax)
@@ -116,11 +133,15 @@ def export(
 
         if margin is not None or min_stage is not None:
             raise UserError("--margin and --min-stage are options of the dataset formats")
-        export_discogen(run, output, archive, task, test, envs, discogen_python, settings)
+        export_discogen(
+            *(run, output, archive, task, test, envs, discogen_python, settings),
+            unsafe_export_refused=unsafe_export_refused,
+        )
         return
-    if task or test or envs or discogen_python or settings:
+    if task or test or envs or discogen_python or settings or unsafe_export_refused:
         raise UserError(
-            "--task, --test, --envs, --discogen-python and --set are options of --format discogen"
+            "--task, --test, --envs, --discogen-python, --set and --unsafe-export-refused are "
+            "options of --format discogen"
         )
     if fmt_name in EXPORT_FORMATS:
         if margin is not None or min_stage is not None:

@@ -15,6 +15,11 @@ DiscoGen does after a discovery run. `envs` picks other games (`Breakout-MinAtar
 DiscoGen's `MinAtar/Breakout`). `config` overrides values of every environment's `config`
 (e.g. `TOTAL_TIMESTEPS` for a CPU-scale run): appended to each `config.py` and recorded, with
 the candidate's hash and the DiscoGen release, in `metarl.json` beside `run_main.py`.
+
+`run_main.py` imports the candidate's module in a plain process, so a candidate must pass
+metarl's static check to be exported (guard.py), before anything is written or DiscoGen's
+runtime is started; `unsafe_export_refused` overrides that for research, and the manifest then
+records the refusal.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from metarl.discogen.guard import check_exportable
 from metarl.discogen.modules import module_name, module_source
 from metarl.discogen.runtime import DiscoGenUnavailable, Runtime
 from metarl.errors import USAGE, MetarlError
@@ -70,6 +76,9 @@ class TaskManifest:
         envs: the DiscoGen environment ids built.
         config: the overrides appended to each environment's config.py.
         discogen: the DiscoGen release that built it.
+        refused: why metarl's static check refused the candidate, when it was exported anyway
+            (`unsafe_export_refused`); None when it passed. Such a task must only be run in a
+            sandbox.
     """
 
     task: str
@@ -80,6 +89,7 @@ class TaskManifest:
     envs: tuple[str, ...]
     config: dict
     discogen: str
+    refused: str | None = None
 
     def to_dict(self) -> dict:
         return {**asdict(self), "envs": list(self.envs)}
@@ -113,6 +123,7 @@ def export_task(
     envs: tuple[str, ...] | None = None,
     config: dict | None = None,
     candidate_id: str | None = None,
+    unsafe_export_refused: bool = False,
 ) -> TaskManifest:
     """Write the DiscoGen task directory whose editable module is `source`.
 
@@ -126,16 +137,22 @@ def export_task(
         envs: environments instead of the side's own (names as `discogen_env` reads them).
         config: values that replace those of every environment's config.
         candidate_id: the archived candidate, recorded in the manifest.
+        unsafe_export_refused: export a candidate that metarl's static check refuses (for
+            research on refused code; the task must then only be run in a sandbox). The refusal
+            is recorded in the manifest.
 
     Returns:
         The manifest written to `destination/metarl.json`.
 
     Raises:
+        RefusedExport: metarl's static check refuses `source` (checked before anything is
+            written or started), and `unsafe_export_refused` is not set.
         ExportError: the destination is not an empty or new directory, or an env is unknown.
         NotExportable: DiscoGen has no module for `task`.
         DiscoGenUnavailable: DiscoGen failed to build the task.
     """
     module = module_name(task)
+    refused = check_exportable(source, task, name=candidate_id, unsafe=unsafe_export_refused)
     text = None if source is None else module_source(source, task)
     destination = Path(destination)
     if destination.exists() and (not destination.is_dir() or any(destination.iterdir())):
@@ -174,6 +191,7 @@ def export_task(
             envs=test_envs if test else train_envs,
             config=overrides,
             discogen=runtime.discogen,
+            refused=refused,
         )
         (root / MANIFEST).write_text(json.dumps(manifest.to_dict(), indent=2) + "\n")
         if destination.exists():

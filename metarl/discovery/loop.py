@@ -32,8 +32,10 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
+from metarl.archives.faults import ArchiveFault
 from metarl.archives.near_duplicates import run_behaviours
 from metarl.archives.reuse import archived_score
+from metarl.archives.runs import failure_reason, fault_of_run
 from metarl.archives.store import Archive, ArchiveError, decode_outcome
 from metarl.discovery import curriculum, guidance, planning, records, selection
 from metarl.discovery.batches import Batches
@@ -133,8 +135,10 @@ class DiscoveryLoop:
             self._finish(status, reason)
             raise
         except BaseException as error:
-            status, reason = "failed", f"{type(error).__name__}: {error}"
-            self._finish(status, reason, error=reason)
+            status, reason = "failed", failure_reason(error)
+            recorded = self._finish(status, reason, error=reason)
+            if isinstance(error, ArchiveFault):  # which run stopped, what its row says, what next
+                raise fault_of_run(error, self.run_id, "discovery", recorded) from error
             raise
         finally:
             if self.batches is not None:
@@ -161,9 +165,21 @@ class DiscoveryLoop:
         data = {"run_id": self.run_id, "resumed": bool(self.resume_id)}
         self._emit("run", {**data, "config": self.config.to_dict(), "state": self.book.progress()})
 
-    def _finish(self, status: str, reason: str, error: str | None = None) -> None:
-        self.book.finish(status, reason, error)
-        self._emit("done", {"status": status, "reason": reason, "state": self.book.progress()})
+    def _finish(self, status: str, reason: str, error: str | None = None) -> bool:
+        """Record how this session ended, and tell the display.
+
+        Returns:
+            Whether the run's row was written (`RunBook.finish`; not when the archive refuses
+            writes).
+        """
+        recorded = self.book.finish(status, reason, error)
+        data = {"status": status, "reason": reason}
+        try:
+            data["state"] = self.book.progress()
+        except ArchiveError as failure:  # a run ended by its archive: the last counts stay
+            logger.warning("run %s: its progress could not be read: %s", self.run_id, failure)
+        self._emit("done", data)
+        return recorded
 
     # -- seeds ------------------------------------------------------------------------------
     def _seeds_phase(self) -> None:

@@ -7,7 +7,6 @@ exactly."""
 from __future__ import annotations
 
 import logging
-import sqlite3
 import time
 from dataclasses import dataclass
 
@@ -175,16 +174,21 @@ class RunBook:
     def save(self) -> None:
         self.archive.update_run(self.run_id, **self.update())
 
-    def finish(self, status: str, reason: str, error: str | None = None) -> None:
-        """Record how this session ended; best effort (the archive stays consistent anyway)."""
+    def finish(self, status: str, reason: str, error: str | None = None) -> bool:
+        """Record how this session ended; best effort (the archive stays consistent anyway).
+
+        Returns:
+            Whether the run's row was written (not when the archive refuses writes: a full
+            disk leaves it saying running, which a resume takes over).
+        """
         self.state.elapsed_s = self.elapsed()
         try:
             count = self.archive.child_count(self.run_id)
-        except (sqlite3.Error, ArchiveError):
-            logger.exception("could not count run %s's candidates", self.run_id)
+        except ArchiveError as error:  # every SQLite error arrives as one (archives/faults.py)
+            logger.warning("could not count run %s's candidates: %s", self.run_id, error)
             count = None
         fields = {"candidates_count": count} if count is not None else {}
-        self.session.finish(
+        return self.session.finish(
             status,
             reason,
             error=error,

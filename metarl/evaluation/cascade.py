@@ -237,7 +237,10 @@ class Evaluator:
             if data.get("nonfinite_update") is not None:
                 raise RuntimeError(f"the {task.name} baseline diverged on {entry.config.env_name}")
             if data.get("seeds") != [seed]:
-                raise RuntimeError(f"the {task.name} baseline run of seed {seed} is malformed")
+                raise RuntimeError(
+                    f"the {task.name} baseline run of training seed {seeds.index(seed) + 1} of "
+                    f"{len(seeds)} is malformed"
+                )
             baseline_cache.save(_baseline_key(task, program, entry, seed), data)
             baseline_cache.save(
                 baseline_cache.random_key(entry.config.env_name),
@@ -254,7 +257,7 @@ class Evaluator:
         for entry in plan_runs(self.settings):
             if entry.stage == "full":
                 reference = references[entry.key]
-                run = EnvRun(**reference.run)
+                run = EnvRun.from_dict(reference.run)
                 run.extra["random_mean"] = reference.random_mean
                 runs[entry.config.env_name] = run
         return runs

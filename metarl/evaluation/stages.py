@@ -107,6 +107,14 @@ def load_artifact(task: Task, artifact: object, platform: str) -> Callable:
     return task.assemble(calls)
 
 
+def _seed_position(index: int | None, run: EnvRun) -> str:
+    """`training seed 2 of 4`: a seed named by its position in the batch, never by its value
+    (the values are the run pool's secret; a reason reaches the archive, the terminal and the
+    proposer's next prompt)."""
+    where = "?" if index is None else str(index + 1)
+    return f"training seed {where} of {len(run.seeds)}"
+
+
 def check_run(run: EnvRun, config: PPOConfig) -> None:
     """Fail the candidate at the first non-finite or negative-drift update of `run`.
 
@@ -114,16 +122,18 @@ def check_run(run: EnvRun, config: PPOConfig) -> None:
         StageFailure: the run broke an invariant (the update and seed are named).
     """
     if run.nonfinite_update is not None:
+        seed = _seed_position(run.nonfinite_seed_index, run)
         raise StageFailure(
             f"training produced NaN/inf at update {run.nonfinite_update + 1} of "
-            f"{config.num_updates} on {config.env_name} (seed {run.nonfinite_seed}): the "
-            "loss, the parameters or the optimizer state stopped being finite"
+            f"{config.num_updates} on {config.env_name} ({seed}): the loss, the parameters or the "
+            "optimizer state stopped being finite"
         )
     if run.negative_drift_update is not None:
         raise StageFailure(
             f"the drift went negative during training ({run.min_drift:.4g}) at update "
             f"{run.negative_drift_update + 1} of {config.num_updates} on {config.env_name} "
-            f"(seed {run.negative_drift_seed}); a drift must be >= 0 on every minibatch"
+            f"({_seed_position(run.negative_drift_seed_index, run)}); a drift must be >= 0 on "
+            "every minibatch"
         )
 
 

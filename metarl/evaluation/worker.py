@@ -21,7 +21,8 @@ Two roles, never mixed in one process:
   Python, and the worker has no cache and no device.
 - **trainer**: trusted code only. It verifies the artifact, probes it again on inputs the
   tracer never saw, computes the fingerprint, and trains and scores it (stages 2-4); or trains
-  the task's baseline program for the parent's cache.
+  the task's baseline program for the parent's cache; or trains agents with an LPG network,
+  a data candidate (job kind `lpg`), under the same limits.
 Stage 1 (static check) ran in the parent.
 """
 
@@ -199,6 +200,11 @@ def run(job: dict, report) -> dict:
     kind = job.get("kind")
     if kind == "introspect":
         return stages.introspect()
+    if kind == "lpg":  # an LPG network: data trained by metarl's code (lpg_evaluation.py)
+        # lazy: as above, nothing of metarl before the rlimits
+        from metarl.evaluation.lpg_evaluation import train_lpg_job
+
+        return train_lpg_job(job, report)
     task = get_task(job["task"])
     if kind == CHECK_KIND:
         # lazy: as above, nothing of metarl before the rlimits

@@ -27,8 +27,10 @@ evosax searches and `encode_lpg_weights` archives.
 
 from __future__ import annotations
 
+import ast
 import base64
 import io
+import zipfile
 from typing import Any, NamedTuple
 
 import flax.linen as nn
@@ -164,24 +166,97 @@ def encode_lpg_weights(params: LPGParams) -> str:
     return base64.b64encode(buffer.getvalue()).decode()
 
 
+# An LPG candidate is untrusted data, read in the parent (README, Safety): every size is capped
+# before anything of that size is allocated. GROOVE's network (GRU 256) has ~206k parameters
+# (1.1 MB of base64); the caps leave room for twice its width and refuse the rest.
+MAX_WIDTH = 512  # each of embedding_width, gru_width, target_width
+MAX_PARAMETERS = 1_000_000  # all weights together (4 MB as float32)
+MAX_SOURCE_BYTES = 8 << 20  # the whole candidate text: 1e6 float64 weights in base64, and a header
+_NPY_HEADER_BYTES = 4096  # an .npy member's header (numpy writes ~128 bytes)
+
+
+class LPGFormatError(ValueError):
+    """The text is not an LPG network this configuration can read (one line saying why)."""
+
+
+def parameter_count(shape: LPGShape) -> int:
+    """How many weights a network of `shape` has, computed without allocating any (abstract
+    evaluation of `init_lpg`)."""
+    abstract = jax.eval_shape(lambda key: init_lpg(key, shape), jax.random.PRNGKey(0))
+    return int(sum(np.prod(leaf.shape) for leaf in jax.tree.leaves(abstract)))
+
+
+def _npy_array(data: bytes, expected: tuple[int, ...], name: str) -> np.ndarray:
+    """One .npz member's array: its header is read first, so that a header claiming another
+    shape or dtype is refused before numpy allocates what it claims."""
+    buffer = io.BytesIO(data)
+    version = np.lib.format.read_magic(buffer)
+    if version == (1, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_1_0(buffer)
+    elif version == (2, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_2_0(buffer)
+    else:
+        raise LPGFormatError(f"member {name} has .npy version {version}, not 1.0 or 2.0")
+    if dtype.kind != "f" or dtype.hasobject or dtype.itemsize > 8:
+        raise LPGFormatError(f"member {name} holds {dtype}, not floating-point numbers")
+    if tuple(shape) != expected:
+        raise LPGFormatError(f"member {name} has shape {tuple(shape)}, not {expected}")
+    buffer.seek(0)
+    return np.lib.format.read_array(buffer, allow_pickle=False)
+
+
 def decode_lpg_weights(text: str, shape: LPGShape) -> LPGParams:
     """Parameters written by `encode_lpg_weights` for a network of `shape`.
 
+    Reads untrusted data with bounded memory: the npz is opened as a zip archive whose members
+    must be exactly `arr_0.npy` ... `arr_{n-1}.npy`; each is decompressed only up to the size
+    its expected shape allows (float64 at most), so a member that inflates to gigabytes costs
+    no more than that; each header must declare the expected shape and a float dtype before
+    numpy reads it.
+
     Raises:
-        ValueError: the text is not such an encoding, or for another shape.
+        LPGFormatError: the text is not such an encoding, or for another shape.
     """
-    template = init_lpg(jax.random.PRNGKey(0), shape)
-    flat, treedef = jax.tree.flatten(template)
+    abstract = jax.eval_shape(lambda key: init_lpg(key, shape), jax.random.PRNGKey(0))
+    flat, treedef = jax.tree.flatten(abstract)
     try:
-        with np.load(io.BytesIO(base64.b64decode(text, validate=True)), allow_pickle=False) as npz:
-            leaves = [npz[f"arr_{i}"] for i in range(len(npz.files))]
-    except Exception as error:  # base64, zip and npy errors all mean "not our encoding"
-        raise ValueError(f"not an encoded LPG network ({error})") from error
-    if len(leaves) != len(flat) or any(a.shape != b.shape for a, b in zip(leaves, flat)):
-        raise ValueError("the encoded LPG network has other sizes than this configuration")
-    if not all(np.isfinite(leaf).all() for leaf in leaves):
-        raise ValueError("the encoded LPG network has non-finite weights")
-    return jax.tree.unflatten(treedef, [jnp.asarray(leaf, jnp.float32) for leaf in leaves])
+        raw = base64.b64decode(text, validate=True)
+    except ValueError as error:
+        raise LPGFormatError(f"LPG_WEIGHTS is not base64 ({error})") from None
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(raw))
+        members = archive.infolist()
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError) as error:
+        raise LPGFormatError(f"LPG_WEIGHTS is not an .npz archive ({error})") from None
+    names = [f"arr_{i}.npy" for i in range(len(flat))]
+    if sorted(m.filename for m in members) != sorted(names):
+        raise LPGFormatError(
+            f"the encoded LPG network has {len(members)} members, not the {len(flat)} arrays "
+            f"arr_0.npy ... arr_{len(flat) - 1}.npy of this configuration's sizes"
+        )
+    leaves = []
+    for name, leaf in zip(names, flat):
+        limit = int(np.prod(leaf.shape)) * 8 + _NPY_HEADER_BYTES
+        info = archive.getinfo(name)
+        if info.file_size > limit:
+            raise LPGFormatError(f"member {name} declares {info.file_size} bytes; at most {limit}")
+        try:
+            with archive.open(info) as member:
+                data = member.read(limit + 1)
+        except (zipfile.BadZipFile, NotImplementedError, OSError, EOFError, RuntimeError) as error:
+            raise LPGFormatError(f"member {name} cannot be read ({error})") from None
+        if len(data) > limit:
+            raise LPGFormatError(f"member {name} inflates past {limit} bytes")
+        try:
+            array = _npy_array(data, tuple(leaf.shape), name)
+        except LPGFormatError:
+            raise
+        except (ValueError, TypeError, OSError, EOFError, SyntaxError) as error:
+            raise LPGFormatError(f"member {name} is not an .npy array ({error})") from None
+        if not np.isfinite(array).all():
+            raise LPGFormatError("the encoded LPG network has non-finite weights")
+        leaves.append(jnp.asarray(array, jnp.float32))
+    return jax.tree.unflatten(treedef, leaves)
 
 
 # -- the candidate's source -------------------------------------------------------------------
@@ -215,17 +290,33 @@ def lpg_source(params: LPGParams, shape: LPGShape, title: str) -> str:
 
 
 def read_lpg_source(source: str) -> tuple[LPGShape, LPGParams]:
-    """The network an `lpg_source` text holds, read with `ast` (never executed).
+    """The network an `lpg_source` text holds, read with `ast` (never executed), every size
+    checked against the caps above before anything of that size is allocated.
 
     Raises:
-        ValueError: the text is not such a module (one line saying what is wrong).
+        LPGFormatError: the text is not such a module (one line saying what is wrong); any
+            other error reading it is the data's too, and is raised as one.
     """
-    import ast
+    try:
+        return _read_lpg_source(source)
+    except LPGFormatError:
+        raise
+    except Exception as error:  # hostile data found a path the checks below did not foresee
+        message = " ".join(str(error).split())[:200]
+        raise LPGFormatError(f"unreadable ({type(error).__name__}: {message})") from None
 
+
+def _read_lpg_source(source: str) -> tuple[LPGShape, LPGParams]:
+    if not isinstance(source, str):
+        raise LPGFormatError("an LPG candidate is text")
+    if len(source) > MAX_SOURCE_BYTES:
+        raise LPGFormatError(f"the text has {len(source)} characters; at most {MAX_SOURCE_BYTES}")
     try:
         tree = ast.parse(source)
     except SyntaxError as error:
-        raise ValueError(f"not Python: {error.msg} (line {error.lineno})") from None
+        raise LPGFormatError(f"not Python: {error.msg} (line {error.lineno})") from None
+    except (ValueError, RecursionError, MemoryError) as error:  # NUL bytes, deep nesting
+        raise LPGFormatError(f"not Python ({type(error).__name__})") from None
     values = {}
     for node in tree.body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1:
@@ -233,23 +324,42 @@ def read_lpg_source(source: str) -> tuple[LPGShape, LPGParams]:
             if isinstance(target, ast.Name) and target.id in ("LPG_SHAPE", "LPG_WEIGHTS"):
                 try:
                     values[target.id] = ast.literal_eval(node.value)
-                except ValueError:
-                    raise ValueError(f"{target.id} is not a literal") from None
+                except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
+                    raise LPGFormatError(f"{target.id} is not a literal") from None
     if set(values) != {"LPG_SHAPE", "LPG_WEIGHTS"}:
-        raise ValueError("an LPG candidate assigns LPG_SHAPE (a dict) and LPG_WEIGHTS (a str)")
-    shape_fields, weights = values["LPG_SHAPE"], values["LPG_WEIGHTS"]
-    if not isinstance(shape_fields, dict) or not isinstance(weights, str):
-        raise ValueError("LPG_SHAPE must be a dict and LPG_WEIGHTS a str")
-    unknown = set(shape_fields) - set(LPGShape._fields)
+        raise LPGFormatError("an LPG candidate assigns LPG_SHAPE (a dict) and LPG_WEIGHTS (a str)")
+    shape = _shape_of(values["LPG_SHAPE"])
+    return shape, decode_lpg_weights(_weights_text(values["LPG_WEIGHTS"]), shape)
+
+
+def _weights_text(weights: object) -> str:
+    if not isinstance(weights, str):
+        raise LPGFormatError(f"LPG_WEIGHTS must be a str, not {type(weights).__name__}")
+    return weights
+
+
+def _shape_of(fields: object) -> LPGShape:
+    """LPG_SHAPE's dict as an LPGShape within the caps.
+
+    Raises:
+        LPGFormatError: not a dict of LPGShape's fields, a width that is not an int in
+            [1, MAX_WIDTH], or more than MAX_PARAMETERS weights.
+    """
+    if not isinstance(fields, dict):
+        raise LPGFormatError(f"LPG_SHAPE must be a dict, not {type(fields).__name__}")
+    if not all(isinstance(key, str) for key in fields):
+        raise LPGFormatError("LPG_SHAPE's keys must be field names (str)")
+    unknown = set(fields) - set(LPGShape._fields)
     if unknown:
-        raise ValueError(f"LPG_SHAPE has unknown fields: {', '.join(sorted(unknown))}")
-    try:
-        shape = LPGShape(**shape_fields)
-        sizes = (shape.embedding_width, shape.gru_width, shape.target_width)
-        if not all(isinstance(v, int) and 1 <= v <= 4096 for v in sizes):
-            raise TypeError("sizes")
-        if not isinstance(shape.lifetime_conditioning, bool):
-            raise TypeError("lifetime_conditioning")
-    except TypeError as error:
-        raise ValueError(f"LPG_SHAPE has a bad value ({error})") from None
-    return shape, decode_lpg_weights(weights, shape)
+        raise LPGFormatError(f"LPG_SHAPE has unknown fields: {', '.join(sorted(unknown))[:200]}")
+    shape = LPGShape(**fields)
+    for name in ("embedding_width", "gru_width", "target_width"):
+        value = getattr(shape, name)
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_WIDTH:
+            raise LPGFormatError(f"LPG_SHAPE's {name} must be an int in [1, {MAX_WIDTH}]")
+    if not isinstance(shape.lifetime_conditioning, bool):
+        raise LPGFormatError("LPG_SHAPE's lifetime_conditioning must be True or False")
+    count = parameter_count(shape)
+    if count > MAX_PARAMETERS:
+        raise LPGFormatError(f"the network has {count} weights; at most {MAX_PARAMETERS}")
+    return shape

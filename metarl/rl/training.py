@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from functools import lru_cache
 from typing import Callable, Sequence
 
@@ -40,9 +40,11 @@ class EnvRun:
     run_s: float
     curve_std: list[float] = field(default_factory=list)  # std over seeds at each curve point
     nonfinite_update: int | None = None  # first update (any seed) with a NaN/inf loss or param
-    nonfinite_seed: int | None = None
+    # the *position* of that seed in `seeds`, never its value: reasons quote it, and a training
+    # seed's value is a secret of the run's pool (evaluation/seeds.py)
+    nonfinite_seed_index: int | None = None
     negative_drift_update: int | None = None  # first update (any seed) with drift < -tolerance
-    negative_drift_seed: int | None = None
+    negative_drift_seed_index: int | None = None
     min_drift: float | None = None  # the smallest drift value seen in any minibatch
     # per seed: PLR's positive value loss, mean max(GAE advantage, 0) over the same last 10% of
     # updates (ppo.positive_value_loss); None where not finite; empty in runs cached before it
@@ -84,6 +86,13 @@ class EnvRun:
     def finite(self) -> bool:
         return self.nonfinite_update is None
 
+    @classmethod
+    def from_dict(cls, data: dict) -> "EnvRun":
+        """An EnvRun from `to_dict`'s fields; derived and unknown keys (an entry cached by an
+        older release) are left out."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
     def to_dict(self) -> dict:
         d = asdict(self)
         d.update(mean=self.mean, std=self.std, steps_per_s=self.steps_per_s)
@@ -98,14 +107,15 @@ def seed_keys(seeds: Sequence[int]) -> jax.Array:
     return jax.numpy.stack([jax.random.PRNGKey(int(s)) for s in seeds])
 
 
-def _first_event(first_update: jax.Array, seeds: list[int]) -> tuple[int | None, int | None]:
-    """(update, seed) of the earliest recorded event over seeds (-1 = none), or (None, None)."""
+def _first_event(first_update: jax.Array) -> tuple[int | None, int | None]:
+    """(update, seed index) of the earliest recorded event over seeds (-1 = none), or (None,
+    None). The index, not the seed's value: see `EnvRun.nonfinite_seed_index`."""
     first = np.asarray(first_update)
     hit = np.flatnonzero(first >= 0)
     if not hit.size:
         return None, None
     worst = hit[np.argmin(first[hit])]
-    return int(first[worst]), seeds[worst]
+    return int(first[worst]), int(worst)
 
 
 def summarise(
@@ -118,8 +128,8 @@ def summarise(
 ) -> EnvRun:
     """An EnvRun from a vmapped TrainResult after `updates` updates."""
     returns = np.asarray(result.episode_return)  # [seeds, points]
-    nonfinite_update, nonfinite_seed = _first_event(result.first_nonfinite_update, seeds)
-    negative_update, negative_seed = _first_event(result.first_negative_drift_update, seeds)
+    nonfinite_update, nonfinite_index = _first_event(result.first_nonfinite_update)
+    negative_update, negative_index = _first_event(result.first_negative_drift_update)
     min_drift = float(np.min(np.asarray(result.min_drift)))
     steps = np.asarray(result.steps)[0]
     reached = int(np.searchsorted(steps, updates * config.batch_size, side="right"))
@@ -138,9 +148,9 @@ def summarise(
         compile_s=compile_s,
         run_s=run_s,
         nonfinite_update=nonfinite_update,
-        nonfinite_seed=nonfinite_seed,
+        nonfinite_seed_index=nonfinite_index,
         negative_drift_update=negative_update,
-        negative_drift_seed=negative_seed,
+        negative_drift_seed_index=negative_index,
         min_drift=min_drift if math.isfinite(min_drift) else None,
         positive_value_loss=_nan_to_none(np.asarray(result.positive_value_loss)),
         adaptation=_seed_curves(result, "adaptation"),

@@ -21,7 +21,15 @@ special-case them):
    LPO networks (weights x3), a symbolic drift, KL-, tanh- and quadratic drifts, as Python and
    as artifacts: no disagreeing point (none allowed); at 10x tighter tolerances 2 of ~64,000
    points disagree; the forgers (gradient negated, x0.9, stopped, changed for |A| > 1.5)
-   disagree at 7 to 63 of 63 points for every seed;
+   disagree at 7 to 63 of 63 points for every seed. The check also covers where training
+   goes, not only where the probe batch lies: `training_inputs` adds two batches with
+   heavy-tailed advantages up to the largest |A| the trainer can produce (32) and ratios
+   across and around the clip range, since a forger can gate its gradient on |A| > 4, which
+   the probe batch (normalised, plus +-3) essentially never reaches while training's
+   per-minibatch normalised advantages do (measured over 200 probe seeds: PPO-clip's values
+   with a negative drift's gradient for |A| > 4, or a negated one for |A| > 8, were caught
+   by the probe batch alone for 0 seeds, with the training-range batches for 200, at 28 or
+   more points each). Values there must be finite and >= 0 too;
 8. the drift invariants, each a FAILURE (they are mirror learning's guarantee, not style):
    - drift < -NEGATIVE_TOLERANCE anywhere (a negative drift rewards moving away from the old
      policy);
@@ -57,6 +65,10 @@ GRADIENT_TOLERANCE = 1e-4
 FD_STEPS = (1e-3, 1e-4)  # relative to ratio
 FD_RTOL = 1e-2
 FD_ATOL = 1e-3
+# float32's relative rounding: a finite difference of values near v over a step h cannot
+# resolve slopes below ~eps v / h (a saturating drift, tanh(A (r - 1))^2 at |A (r - 1)| ~ 6,
+# changes by less than that)
+FLOAT32_EPS = float(np.finfo(np.float32).eps)
 # normalised over a minibatch of M samples, |A| <= sqrt(M - 1): 11.3 for classic control's
 # M = 128, 32 for MinAtar's M = 1024
 TRAINING_ADVANTAGES = np.linspace(-32.0, 32.0, BATCH, dtype=np.float32)
@@ -74,6 +86,38 @@ def probe_inputs(rng_seed: int, batch: int = BATCH) -> tuple[np.ndarray, np.ndar
     advantage = ((advantage - advantage.mean()) / (advantage.std() + 1e-8)).astype(np.float32)
     advantage[:2] = [3.0, -3.0]
     return ratio, advantage
+
+
+def training_inputs(rng_seed: int, batch: int = BATCH) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Two batches of (ratio, advantage) where training goes and the probe batch does not.
+
+    Advantages: half heavy-tailed (Student t with 1.5 degrees of freedom, scaled) and half
+    log-uniform in magnitude on [1, 32], both clipped to +-32: advantages are normalised per
+    minibatch of M samples, so |A| <= sqrt(M - 1) (32 for MinAtar's M = 1024). Ratios:
+    log-uniform on [0.05, 20], with a quarter within 0.5 epsilon of the clip edges 1 +- eps
+    (where PPO's trust region acts). Drawn from `rng_seed`, so no program can special-case them.
+
+    Args:
+        rng_seed: the probes' seed (fresh per evaluation).
+        batch: points per batch (the probe batch's size: no new compile).
+
+    Returns:
+        Two (ratio, advantage) float32 batches.
+    """
+    rng = np.random.default_rng([rng_seed, 1])
+    out = []
+    for _ in range(2):
+        half = batch // 2
+        heavy = rng.standard_t(1.5, half) * 4.0
+        magnitude = np.exp(rng.uniform(0.0, np.log(32.0), batch - half))
+        signs = rng.choice([-1.0, 1.0], batch - half)
+        advantage = np.clip(np.concatenate([heavy, signs * magnitude]), -32.0, 32.0)
+        log_ratio = rng.uniform(np.log(0.05), np.log(20.0), batch)
+        edges = batch // 4
+        edge = rng.choice([1.0 - EPSILON, 1.0 + EPSILON], edges)
+        log_ratio[:edges] = np.log(edge + rng.uniform(-0.5, 0.5, edges) * EPSILON)
+        out.append((np.exp(log_ratio).astype(np.float32), advantage.astype(np.float32)))
+    return out
 
 
 def _at(ratio, advantage, index) -> str:
@@ -102,14 +146,18 @@ def gradient_disagreements(
     slope = np.asarray(grad(jnp.asarray(ratio), jnp.asarray(advantage)), np.float64)
     agrees = np.zeros(ratio.shape, bool)
     for step in FD_STEPS:
-        sides = []
+        sides, rounding = [], np.zeros(ratio.shape)
         for sign in (1.0, -1.0):
             moved = (r64 * (1.0 + sign * step)).astype(np.float32)
             shifted = np.asarray(values(jnp.asarray(moved), jnp.asarray(advantage)), np.float64)
-            sides.append((shifted - base) / (moved.astype(np.float64) - r64))
+            width = moved.astype(np.float64) - r64
+            sides.append((shifted - base) / width)
+            # what float32 rounding of the two values alone can move a difference by
+            magnitude = np.maximum(np.abs(shifted), np.abs(base))
+            rounding = np.maximum(rounding, 4 * FLOAT32_EPS * magnitude / np.abs(width))
         low, high = np.minimum(*sides), np.maximum(*sides)
         scale = np.maximum(np.maximum(np.abs(low), np.abs(high)), np.abs(slope))
-        tolerance = FD_RTOL * scale + FD_ATOL
+        tolerance = FD_RTOL * scale + FD_ATOL + rounding
         with np.errstate(invalid="ignore"):
             agrees |= (slope >= low - tolerance) & (slope <= high + tolerance)
     return np.flatnonzero(~agrees)
@@ -121,6 +169,7 @@ def probes(drift: Callable, rng_seed: int) -> ProbeReport:
     shape = ratio.shape
     applied = jax.jit(lambda ratio, advantage: drift(ratio, advantage, EPSILON))
     state: dict = {}
+    training = training_inputs(rng_seed)
 
     def compiles(warnings):
         state["out"] = call(
@@ -153,12 +202,22 @@ def probes(drift: Callable, rng_seed: int) -> ProbeReport:
             )
 
     def finite(warnings):
-        bad = first_nonfinite(state["values"])
-        if bad is not None:
-            raise ProbeFailure(
-                f"drift returned {state['values'][bad]} at {_at(ratio, advantage, bad)}; expected "
-                "finite values for every ratio in (0, inf) and every advantage"
+        state["training_values"] = [
+            np.asarray(
+                call("calling drift on training-range inputs", applied, *map(jnp.asarray, batch)),
+                np.float64,
             )
+            for batch in training
+        ]
+        for (r, a), values in [((ratio, advantage), state["values"])] + list(
+            zip(training, state["training_values"])
+        ):
+            bad = first_nonfinite(values)
+            if bad is not None:
+                raise ProbeFailure(
+                    f"drift returned {values[bad]} at {_at(r, a, bad)}; expected finite values "
+                    "for every ratio in (0, inf) and every advantage"
+                )
 
     def elementwise(warnings):
         permutation = np.random.default_rng(rng_seed + 1).permutation(shape[0])
@@ -227,29 +286,38 @@ def probes(drift: Callable, rng_seed: int) -> ProbeReport:
         state["grad"] = grad
 
     def non_negative(warnings):
-        values = state["values"]
-        worst = int(np.argmin(values))
-        if values[worst] < -NEGATIVE_TOLERANCE:
-            raise ProbeFailure(
-                f"drift is negative ({values[worst]:.4g} at {_at(ratio, advantage, worst)}); a "
-                "drift "
-                "must be >= 0 everywhere (e.g. wrap it in jax.nn.relu or square it)"
-            )
+        for (r, a), values in [((ratio, advantage), state["values"])] + list(
+            zip(training, state["training_values"])
+        ):
+            worst = int(np.argmin(values))
+            if values[worst] < -NEGATIVE_TOLERANCE:
+                raise ProbeFailure(
+                    f"drift is negative ({values[worst]:.4g} at {_at(r, a, worst)}); a drift "
+                    "must be >= 0 everywhere (e.g. wrap it in jax.nn.relu or square it)"
+                )
 
     def gradient_of_values(warnings):
-        # the whole probe batch (shapes already compiled), ratio = 1 left out of the verdict
-        bad = gradient_disagreements(applied, state["grad"], ratio, advantage)
-        bad = bad[ratio[bad] != 1.0]
-        if bad.size:
-            at = int(bad[0])
-            slope = float(np.asarray(state["grad"](jnp.asarray(ratio), jnp.asarray(advantage)))[at])
-            raise ProbeFailure(
-                f"the gradient of drift with respect to ratio ({slope:.4g} at "
-                f"{_at(ratio, advantage, at)}) is not the slope of its values there (finite "
-                f"differences of the values disagree at {bad.size} of {ratio.size} points); the "
-                "trainer follows the gradient, so it must be the derivative of the drift "
-                "(no jax.lax.stop_gradient or custom gradients)"
-            )
+        # the probe batch and the training-range batches (shapes already compiled), ratio = 1
+        # left out of the verdict
+        for r, a in [(ratio, advantage), *training]:
+            slopes = np.asarray(state["grad"](jnp.asarray(r), jnp.asarray(a)), np.float64)
+            bad = first_nonfinite(slopes)
+            if bad is not None:
+                raise ProbeFailure(
+                    f"the gradient of drift with respect to ratio is {slopes[bad]} at "
+                    f"{_at(r, a, bad)}; expected finite gradients"
+                )
+            bad = gradient_disagreements(applied, state["grad"], r, a)
+            bad = bad[r[bad] != 1.0]
+            if bad.size:
+                at = int(bad[0])
+                raise ProbeFailure(
+                    f"the gradient of drift with respect to ratio ({slopes[at]:.4g} at "
+                    f"{_at(r, a, at)}) is not the slope of its values there (finite "
+                    f"differences of the values disagree at {bad.size} of {r.size} points); "
+                    "the trainer follows the gradient, so it must be the derivative of the drift "
+                    "(no jax.lax.stop_gradient or custom gradients)"
+                )
 
     def zero_at_one(warnings):
         points = np.concatenate([advantage, TRAINING_ADVANTAGES])

@@ -10,23 +10,22 @@ exports need a DiscoGen runtime and skip without one, as tests/test_discogen.py'
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 from conftest import invoke
+from test_discogen import discogen_python, needs_runtime
 
 from metarl.archives import Archive
 from metarl.cli.discogen import defined_task, sandboxed_command
 from metarl.discogen.guard import RefusedExport, check_exportable
 from metarl.discogen.harness import DiscoGenHarness
-from metarl.discogen.runtime import RUNTIME_ENVVAR, Runtime
+from metarl.discogen.runtime import Runtime
 from metarl.discogen.task import TaskManifest, export_task
 from metarl.evaluation.outcome import Outcome
 from metarl.tasks import get_task
 from metarl.tasks.candidate import source_hash
 
-REPO = Path(__file__).resolve().parent.parent
 PPO_CLIP = get_task("drift").seed_program("ppo_clip")
 ADAM = get_task("optimizer").seed_program("adam").source
 NO_PYTHON = "/nonexistent/discogen/python"  # a runtime that, if looked up, fails loudly
@@ -268,19 +267,7 @@ def test_export_help_names_the_sandboxed_next_step():
 
 
 # --- with a DiscoGen runtime (slow) ---------------------------------------------------------
-def discogen_python() -> str | None:
-    """$METARL_DISCOGEN_PYTHON, else the checkout's .venv-discogen once its install finished."""
-    if os.environ.get(RUNTIME_ENVVAR):
-        return os.environ[RUNTIME_ENVVAR]
-    venv = REPO / ".venv-discogen"
-    installed = (venv / ".installed-discogen-1.3.0").exists()
-    return str(venv / "bin" / "python") if installed else None
-
-
-needs_runtime = pytest.mark.skipif(
-    discogen_python() is None,
-    reason="no DiscoGen runtime (bash scripts/discogen-runtime.sh, or $METARL_DISCOGEN_PYTHON)",
-)
+# the runtime's lookup and skip marker: tests/test_discogen.py's
 
 
 @pytest.mark.slow

@@ -67,8 +67,14 @@ def test_baseline_cache_keys_on_everything_that_changes_a_baseline(tmp_path, mon
         baseline_cache.baseline_key("drift", "y", config, 0, full),
         # the short run: the first segment of the same run
         baseline_cache.baseline_key("drift", source_hash, config, 0, full // 2),
+        # the layout it was trained in: the batch's seeds, in order
+        baseline_cache.baseline_key("drift", source_hash, config, 0, full, (), (0, 1)),
+        baseline_cache.baseline_key("drift", source_hash, config, 0, full, (), (1, 0)),
     }
-    assert len(keys) == 6
+    assert len(keys) == 8
+    assert baseline_cache.baseline_key(
+        "drift", source_hash, config, 0, full, (), (0,)
+    ) == baseline_cache.baseline_key("drift", source_hash, config, 0, full)
     monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_use_thunk_runtime=false")
     assert baseline_cache.baseline_key("drift", source_hash, config, 0, full) not in keys
 

@@ -63,12 +63,15 @@ def baseline_key(
     training_seed: int,
     updates: int,
     sweep: tuple[float, ...] = (),
+    layout: tuple[int, ...] | None = None,
 ) -> str:
     """The cache key of the baseline program's run on `config` with one training seed, stopped
     after `updates` updates (a short run is the first segment of the full run, so it shares
-    the config). Per seed: a seed's returns do not depend on the seeds trained beside it, so a
-    batch's baseline is assembled from the seeds it draws and each is trained once. A run of a
-    learning-rate sweep is keyed with the sweep's rates (its program's rows)."""
+    the config), trained in a program vmapped over `layout` (the batch's seeds, in order;
+    default: the seed alone). The layout is part of the key because a seed's returns depend on
+    it (evaluation/cascade.py `Evaluator.references`): a baseline is paired with candidates
+    trained in exactly its layout. A run of a learning-rate sweep is keyed with the sweep's
+    rates (its program's rows)."""
     payload = {
         "kind": "baseline",
         "task": task_name,
@@ -76,6 +79,7 @@ def baseline_key(
         "config": config.to_dict(),
         "updates": int(updates),
         "training_seed": int(training_seed),
+        "layout": [int(s) for s in (layout or (training_seed,))],
     }
     if sweep:  # only then: unswept keys stay as they were
         payload["sweep"] = [float(lr) for lr in sweep]

@@ -11,12 +11,14 @@ unpredictable before evaluation and reproducible after it, so:
   drawn from the pool (again with `secrets`). The pool never reaches a prompt, a log line, a
   tracer or a candidate; a run keeps its pool in its private state so a resumed run trains on
   the same pool (and reuses the baselines it already has).
-- **Paired.** A batch's candidates and its baseline program train on the same seeds, so the
-  normalised score compares like with like; baselines are cached per (config, seed)
-  (evaluation/baseline_cache.py), so the baseline is trained once per seed of the pool, not
-  once per batch. A seed's return does not depend on which other seeds it is trained beside
-  (measured: seed 0's CartPole return was bit-identical alone and beside [1], [7] and
-  [3, 9, 11]; `tests/test_seeds.py` checks it), which is what makes per-seed caching exact.
+- **Paired.** A batch's candidates and its baseline program train on the same seeds in the
+  same layout (one program vmapped over the batch's seeds, in order), so the normalised score
+  compares like with like and the baseline program scores exactly 1.0 against itself.
+  Baselines are cached per (config, layout, seed) (evaluation/baseline_cache.py): a seed's
+  returns depend on the layout it was trained in (measured: seed 11's CartPole return at 1e5
+  steps was 269.42 alone and 293.19 beside seed 22, though bit-identical at 16,384 steps), so
+  pairing a candidate with a baseline from another layout gave the PPO-clip seed 1.052 against
+  itself. Drawn seeds are sorted, so a set drawn again reuses its baseline.
 - **Fresh for confirmations.** A confirmation (an elite re-evaluated on more seeds) draws
   seeds the candidate has not been trained on (`exclude`).
 - **Recorded.** Every score records the seed values it was trained on (`EnvScore.seeds`, the
@@ -190,4 +192,6 @@ class SeedSource:
             raise SeedError(
                 f"the seed pool has {len(available)} unused values; {count} were asked for"
             )
-        return TrainingSeeds(tuple(self._random.sample(available, count)), pinned=False)
+        # sorted: a batch's baseline is cached per layout (the seeds in order), so the same
+        # set drawn twice reuses it
+        return TrainingSeeds(tuple(sorted(self._random.sample(available, count))), pinned=False)

@@ -200,8 +200,8 @@ def _outcome(result: WorkerResult, plan: list[PlannedLPGRun], seeds) -> Outcome:
         return Outcome.evaluator_fault(result.reason or "the worker did not start", "full")
     if result.status != "ok":  # timeout, memory, CPU time, death: the network's training
         reason = result.reason or f"the trainer stopped ({result.status})"
-        return Outcome.failure("full", f"training agents with this LPG network {reason}",
-                               sandbox=sandbox)  # fmt: skip
+        message = f"training agents with this LPG network {reason}"
+        return Outcome.failure("full", message, sandbox=sandbox)
     payload = result.result.get("payload") or {}
     if result.result.get("kind") != JOB_KIND:
         detail = str(payload.get("error", "no result"))[:500]

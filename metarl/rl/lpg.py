@@ -179,11 +179,14 @@ class LPGFormatError(ValueError):
     """The text is not an LPG network this configuration can read (one line saying why)."""
 
 
+def _abstract_params(shape: LPGShape) -> LPGParams:
+    """`init_lpg`'s pytree for `shape` as shapes and dtypes only: nothing is allocated."""
+    return jax.eval_shape(lambda key: init_lpg(key, shape), jax.random.PRNGKey(0))
+
+
 def parameter_count(shape: LPGShape) -> int:
-    """How many weights a network of `shape` has, computed without allocating any (abstract
-    evaluation of `init_lpg`)."""
-    abstract = jax.eval_shape(lambda key: init_lpg(key, shape), jax.random.PRNGKey(0))
-    return int(sum(np.prod(leaf.shape) for leaf in jax.tree.leaves(abstract)))
+    """How many weights a network of `shape` has, computed without allocating any."""
+    return int(sum(np.prod(leaf.shape) for leaf in jax.tree.leaves(_abstract_params(shape))))
 
 
 def _npy_array(data: bytes, expected: tuple[int, ...], name: str) -> np.ndarray:
@@ -217,8 +220,7 @@ def decode_lpg_weights(text: str, shape: LPGShape) -> LPGParams:
     Raises:
         LPGFormatError: the text is not such an encoding, or for another shape.
     """
-    abstract = jax.eval_shape(lambda key: init_lpg(key, shape), jax.random.PRNGKey(0))
-    flat, treedef = jax.tree.flatten(abstract)
+    flat, treedef = jax.tree.flatten(_abstract_params(shape))
     try:
         raw = base64.b64decode(text, validate=True)
     except ValueError as error:

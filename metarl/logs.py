@@ -79,6 +79,17 @@ def log_to_file(path: str | Path, level: int = logging.INFO) -> Iterator[Path]:
         handler.close()
 
 
+def mute_stderr() -> None:
+    """Stop showing the `metarl` logger's records on stderr (the run's log file keeps them).
+
+    After Ctrl-C the threads and workers being torn down may still log their ends; the user
+    has been told the one line that matters (how to resume).
+    """
+    for handler in logging.getLogger(ROOT).handlers:
+        if getattr(handler, "_metarl_stderr", False):
+            handler.setLevel(logging.CRITICAL + 1)
+
+
 def log_to_stderr(verbose: bool) -> None:
     """Show the `metarl` logger's records on stderr: INFO and up with `verbose`, else warnings.
 

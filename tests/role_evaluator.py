@@ -29,23 +29,30 @@ class RoleEvaluator:
     training envs by 1, and on validation envs by `validation_gain`; test returns come from
     `test_return(source, env, seed)`."""
 
-    def __init__(self, settings, log, validation_gain=0.0, noise=0.1, test_return=None):
+    def __init__(
+        self, settings, log, validation_gain=0.0, noise=0.1, test_return=None, behaviour=None
+    ):
         self.settings, self.log = settings, log
         self.validation_gain, self.noise = validation_gain, noise
         self.test_return = test_return or (lambda source, env, seed: unit(source, env, seed))
+        # what a program's returns on a role depend on, `behaviour(source, role)` (default:
+        # its source); programs it maps to one value train identically there, as copies do
+        self.behaviour = behaviour or (lambda source, role: source)
 
     def value(self, source: str, role: str, env: str, seed: int) -> float:
         child = source not in SEEDS
         if role == "test":
             return self.test_return(source, env, seed)
-        base = unit(source, role)
+        base = unit(self.behaviour(source, role), role)
         if child:
             base += 1.0 if role == "train" else self.validation_gain
         return 5.0 + base + self.noise * (unit(env, seed) - 0.5)
 
     def evaluate_batch(self, sources, task, known_fingerprints=None, progress=None, **kw):
         settings = self.settings
-        seeds = pinned_extension(settings.seed_values, settings.seeds, kw.get("exclude_seeds", ()))
+        seeds = kw.get("seeds") or pinned_extension(
+            settings.seed_values, settings.seeds, kw.get("exclude_seeds", ())
+        )
         runs = [p for p in plan_runs(settings) if p.stage == "full"]
         self.log.append((tuple(p.role for p in runs), len(sources), tuple(seeds)))
         out = []

@@ -120,7 +120,7 @@ def test_candidate_prints_stay_out_of_the_json(tmp_path):
         ),
         (
             ["evaluate", "{seed}", "--task", "drift", "--suite", "classic", "--envs", "Pong"],
-            "envs ['Pong'] must include a training env of suite 'classic'",
+            "unknown environment 'Pong' for suite 'classic' (its envs, training: CartPole-v1",
         ),
         (["evaluate", "{seed}", "--task", "drift", "--envs", " , "], "--envs needs at least one"),
     ],

@@ -89,7 +89,7 @@ BASE = dict(
     total_timesteps=4096,
     short_timesteps=4096,
     timeout_s=60,
-    trace_timeout_s=10,
+    trace_timeout_s=30,
     probe_seed=0,
 )
 FITNESS_CEILING = 3.0

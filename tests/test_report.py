@@ -93,16 +93,29 @@ def test_the_header_and_the_incumbent_are_the_archives(runs, page):
     _, db, _ = runs
     run = query(db, "SELECT * FROM runs WHERE id = 'r2'")[0]
     header = sections(page)[("r2", "header")]
-    assert f'data-value="candidates">{run["candidates_count"]}<' in header
+    counted = query(
+        db,
+        "SELECT sum(is_seed = 0) AS children, sum(is_seed) AS seeds, "
+        "sum(status = 'passed' AND fitness IS NOT NULL) AS scored FROM candidates "
+        "WHERE run_id = 'r2'",
+    )[0]
+    assert counted["children"] == run["candidates_count"] == 3 and counted["seeds"] > 1
+    counts = f"3 children + {counted['seeds']} seed programs, {counted['scored']} scored"
+    assert f'data-value="candidates">{counts}<' in header
+    assert f'data-value="fitness-counts">{counts}' in sections(page)[("r2", "fitness")]
     assert "drift on smoke, 1 seed, 8,192 steps per env" in header
+    # the incumbent is the one the run recorded (validation races decide it), not the best
+    # train score: the header names it and the incumbent line ends at it, at its score
     best = query(
         db,
-        "SELECT id, coalesce(confirmed_fitness, fitness) AS score FROM candidates WHERE "
-        "run_id = 'r2' AND status = 'passed' ORDER BY score DESC, seq LIMIT 1",
+        "SELECT id, coalesce(confirmed_fitness, fitness) AS score FROM candidates WHERE id = ?",
+        (run["best_id"],),
     )[0]
+    assert f'data-value="incumbent">{best["id"]} ' in header
     incumbents = rows(sections(page)[("r2", "fitness")], "candidate")
     last = list(incumbents.values())[-1]
     assert last[1] == best["id"] and last[2] == f"{best['score']:.3f}"
+    assert "LLM cost" not in header  # a mutation run: no LLM, no "$0.0000"
 
 
 def test_the_funnel_counts_where_each_proposal_stopped(runs, page):

@@ -9,7 +9,7 @@ a per-seed noise, so each property is exact and deterministic.
 from __future__ import annotations
 
 import pytest
-from role_evaluator import RoleEvaluator, unit
+from role_evaluator import SEEDS, RoleEvaluator, unit
 
 from metarl.archives import Archive
 from metarl.discovery.config import DiscoverConfig
@@ -130,6 +130,37 @@ def test_a_close_child_is_raced_to_the_cap_and_keeps_the_incumbent(tmp_path, rol
     # every validation round drew seeds neither had seen
     seen = [set(entry[2]) for entry in log if entry[0] == ("validation", "validation")]
     assert all(not (x & y) for i, x in enumerate(seen) for y in seen[i + 1 :])
+
+
+def test_a_copy_in_behaviour_of_the_incumbent_is_stopped_after_one_paired_round(
+    tmp_path, role_suites
+):
+    """Every child returns exactly alike on validation (one behaviour, many sources:
+    constants changed where training never reaches), while training scores still differ
+    (as on the different seeds children are drawn). The first child to race the seed
+    incumbent wins; after that, each challenger is a copy of the new incumbent: its one
+    round is trained on the incumbent's validation seeds (paired: comparable return by
+    return), shows identical returns, and the race stops there: never a second round."""
+    _, rows, events, log = run(
+        tmp_path / "a.db",
+        config(budget=9),
+        validation_gain=1.0,
+        behaviour=lambda source, role: (
+            "child" if role == "validation" and source not in SEEDS else source
+        ),
+    )
+    races = [d for kind, d in events if kind == "confirm"]
+    copies = [d for kind, d in events if kind == "duplicate"]
+    assert [d["verdict"] for d in races] == ["better"]
+    winner = races[0]["id"]
+    assert copies and {d["incumbent"] for d in copies} == {winner}
+    assert all(d["runs"] == 8 for d in copies)  # 4 seeds x 2 validation envs, all identical
+    incumbents = [d["incumbent"] for kind, d in events if kind == "generation"]
+    assert incumbents == [winner] * 3
+    rounds = [entry for entry in log if entry[0] == ("validation", "validation")]
+    # the winner's race (both, fresh seeds), then one round per copy, alone, on its seeds
+    assert [n for _, n, _ in rounds] == [2] + [1] * len(copies)
+    assert all(seeds == rounds[0][2] for _, _, seeds in rounds)
 
 
 def test_the_proposer_sees_neither_test_envs_nor_test_numbers(tmp_path, role_suites):

@@ -324,7 +324,7 @@ class Archive(ArchiveConnection):
         """A candidate's full-stage evaluation rows of `purpose` (e.g. "validation"), decoded,
         in the order they were written."""
         rows = self.query(
-            "SELECT env, lr, seeds, returns, baseline_mean, random_mean FROM evaluations "
+            "SELECT env, role, lr, seeds, returns, baseline_mean, random_mean FROM evaluations "
             "WHERE candidate_id = ? AND purpose = ? AND stage = 'full' ORDER BY id",
             (candidate_id, purpose),
         )

@@ -23,6 +23,7 @@ from metarl.cli.options import (
 )
 from metarl.evaluation.text import printable
 from metarl.logs import run_log_path
+from metarl.tasks import task_names
 
 
 def _open(path: str):
@@ -35,10 +36,9 @@ def _open(path: str):
 
 def _check_names(task: str | None, suite: str | None) -> None:
     """A usage error for a filter that names no task (UserError) or no suite (UnknownSuite)."""
-    # lazy: metarl.tasks imports jax; `metarl --help` stays fast
+    # lazy: the LPG config imports jax; `metarl --help` stays fast
     from metarl.blackbox.config import LPG_TASK
     from metarl.rl.suites import get_suite
-    from metarl.tasks import task_names
 
     known = [*task_names(), LPG_TASK]
     if task and task not in known:
@@ -136,6 +136,7 @@ def show(
       metarl show r2
     """
     from metarl.archives.external import external_evaluations  # lazy: as `_open`
+    from metarl.archives.queries import run_counts, run_incumbent  # lazy: as `_open`
     from metarl.archives.runs import listed_runs  # lazy: sqlite_utils, as `_open`
 
     with _open(archive) as store:
@@ -143,7 +144,9 @@ def show(
             run = next((r for r in listed_runs(store) if r["id"] == candidate), None)
             if run is None:
                 store.get_run(candidate)  # ArchiveError naming the runs there are
-            console.print(run_details(run, run_log_path(store.path, candidate)))
+            counts, incumbent = run_counts(store, candidate), run_incumbent(store, candidate)
+            log = run_log_path(store.path, candidate)
+            console.print(run_details(run, log, counts, incumbent))
             return
         cid = store.resolve_candidate(candidate)
         row = store.candidate(cid)
@@ -188,10 +191,15 @@ def runs(archive: str = archive_option()) -> None:
 
       metarl runs --archive results/metarl.db
     """
+    from metarl.archives.queries import run_incumbent  # lazy: as `_open`
     from metarl.archives.runs import listed_runs  # lazy: sqlite_utils, as `_open`
 
     with _open(archive) as store:
         found = listed_runs(store)
+        for run in found:  # each run's incumbent, as `metarl show RUN` names it
+            incumbent = run_incumbent(store, run["id"])
+            run["incumbent"] = incumbent.id if incumbent else None
+            run["incumbent_score"] = incumbent.score if incumbent else None
     if not found:
         say(f"no runs in {archive}")
         return

@@ -51,6 +51,28 @@ def comparable_text(differs: list[str]) -> Text:
     return untrusted("≠ " + ", ".join(differs), "red")
 
 
+# how a leaderboard row marks its run's incumbent (`LeaderRow.incumbent`)
+INCUMBENT_MARK = " ★"
+
+
+def incumbent_text(incumbent) -> str:
+    """A run's incumbent as every command names it: id, name, score, validation score and
+    why it is the incumbent; "none yet (nothing scored)" without one.
+
+    Args:
+        incumbent: a `metarl.archives.queries.RunIncumbent`, or None.
+    """
+    if incumbent is None:
+        return "none yet (nothing scored)"
+    name = f" {incumbent.name}" if incumbent.name else ""
+    validation = ""
+    if incumbent.validation is not None:
+        interval = fmt_interval(incumbent.validation, incumbent.validation_ci, 2)
+        validation = f" · validation {interval}"
+    score = f"{incumbent.score_kind} {fmt(incumbent.score)}"
+    return f"{incumbent.id}{name} · {score}{validation} · {incumbent.why()}"
+
+
 def leaderboard_table(board, *, show_run: bool = False) -> Table:
     """A `metarl.archives.queries.leaderboard` as a table, one column per environment.
 
@@ -92,7 +114,7 @@ def leaderboard_table(board, *, show_run: bool = False) -> Table:
     if board.reference is not None:
         table.add_column("comparable", no_wrap=True)
     for row in board.rows:
-        values: list = [str(row.rank), row.id]
+        values: list = [str(row.rank), row.id + (INCUMBENT_MARK if row.incumbent else "")]
         if show_run or board.mixed:
             values.append(row.run_id)
         if board.mixed:
@@ -112,6 +134,12 @@ def leaderboard_table(board, *, show_run: bool = False) -> Table:
             values.append(comparable_text(row.differs))
         table.add_row(*cells(*values))
     captions = [protocol_caption(board.rows)]
+    if any(row.incumbent for row in board.rows):
+        captions.append(
+            f"ranked by train score (confirmed when re-evaluated);{INCUMBENT_MARK} marks the "
+            "run's incumbent, which selection kept: where validation races decide it, it need "
+            "not rank first"
+        )
     if board.reference is not None:
         captions.append(
             f"compared against {board.reference.describe()}; rows marked ≠ were scored in "
@@ -138,11 +166,12 @@ def protocol_caption(rows) -> str:
 
 
 def runs_table(runs: list[dict], archive_path: str) -> Table:
-    """The archive's runs: status, task, suite, progress, best candidate, time, cost; the
+    """The archive's runs: status, task, suite, progress, incumbent, time, cost; the
     caption says where each run's log is.
 
     Args:
-        runs: `Archive.runs()` rows (with their `shown_status`).
+        runs: `Archive.runs()` rows (with their `shown_status`, and where the caller read
+            them, `incumbent` and `incumbent_score`: `metarl.archives.queries.run_incumbent`).
         archive_path: the archive, for the title and the logs' folder.
 
     Returns:
@@ -151,7 +180,7 @@ def runs_table(runs: list[dict], archive_path: str) -> Table:
     table = Table(
         title=untrusted(f"runs in {archive_path}"), title_justify="left", header_style="bold"
     )
-    right = ("candidates", "gen", "fitness", "time", "cost")
+    right = ("children", "gen", "score", "time", "cost")
     for column in (
         "run",
         "status",
@@ -159,10 +188,10 @@ def runs_table(runs: list[dict], archive_path: str) -> Table:
         "suite",
         "method",
         "proposer",
-        "candidates",
+        "children",
         "gen",
-        "best",
-        "fitness",
+        "incumbent",
+        "score",
         "time",
         "cost",
         "started",
@@ -183,8 +212,8 @@ def runs_table(runs: list[dict], archive_path: str) -> Table:
                 f"{run['candidates_count'] or 0}"
                 + (f"/{run['budget_candidates']}" if run.get("budget_candidates") else ""),
                 str(run["generation"] or 0),
-                run["best_id"] or "—",
-                fmt(run["best_fitness"]),
+                run.get("incumbent") or run["best_id"] or "—",
+                fmt(run.get("incumbent_score", run["best_fitness"])),
                 fmt_seconds(run["elapsed_s"]),
                 f"${run['cost_usd']:.3f}" if run.get("cost_usd") else "—",
                 (run["started_at"] or "")[:19],
@@ -195,12 +224,15 @@ def runs_table(runs: list[dict], archive_path: str) -> Table:
     return table
 
 
-def run_details(run: dict, log: Path) -> Grid:
-    """`metarl show RUN`: a run's status, method, progress, best candidate and log.
+def run_details(run: dict, log: Path, counts=None, incumbent=None) -> Grid:
+    """`metarl show RUN`: a run's status, method, progress, incumbent and log.
 
     Args:
         run: an `Archive.runs()` row (with its `shown_status`).
         log: where the run's log is.
+        counts: its children, seed programs and scored candidates
+            (`metarl.archives.queries.run_counts`); None: the row's children count.
+        incumbent: its incumbent (`metarl.archives.queries.run_incumbent`); None: none yet.
 
     Returns:
         The grid.
@@ -213,16 +245,16 @@ def run_details(run: dict, log: Path) -> Grid:
     grid.add_row("status", status)
     grid.add_row("method", f"{run.get('method') or 'discovery'} · {run.get('proposer') or '—'}")
     grid.add_row("task", f"{run['task']} · suite {run['suite']}")
-    grid.add_row(
-        "candidates", f"{run['candidates_count'] or 0} · generation {run['generation'] or 0}"
-    )
-    grid.add_row("best", f"{run['best_id'] or '—'} · fitness {fmt(run['best_fitness'])}")
+    scored = counts.describe() if counts else f"{run['candidates_count'] or 0} children"
+    grid.add_row("candidates", f"{scored} · generations done {run['generation'] or 0}")
+    grid.add_row("incumbent", incumbent_text(incumbent))
     grid.add_row(
         "time", f"{fmt_seconds(run['elapsed_s'])} · started {(run['started_at'] or '')[:19]}"
     )
     grid.add_row(
         "heartbeat",
-        f"{(run.get('updated_at') or '—')[:19]} · pid {run.get('pid')} on {run.get('host') or '—'}",
+        f"{(run.get('updated_at') or '—')[:19]} · pid {run.get('pid') or '—'} "
+        f"on {run.get('host') or '—'}",
     )
     grid.add_row("log", f"{log}" + ("" if log.exists() else " (not written yet)"))
     return grid

@@ -14,7 +14,6 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from metarl.archives.queries import test_column
 from metarl.cli.board import fate_text
 from metarl.cli.console import Grid, cells, console, untrusted
 from metarl.cli.formats import fmt, fmt_cost, fmt_interval, fmt_seconds
@@ -40,6 +39,9 @@ def _row_interval(row: dict, score: str) -> list | None:
 
 
 def _candidate_header(cid: str, row: dict, children: list[str], log: str | None) -> Grid:
+    # lazy: the archive imports sqlite_utils and jax; `metarl --help` stays fast
+    from metarl.archives.queries import test_column
+
     header = Grid()
     header.add_row("candidate", f"{cid}  {row['name'] or ''}")
     header.add_row("run", f"{row['run_id']} · task {row['task']} · suite {row['suite']}")
@@ -48,7 +50,8 @@ def _candidate_header(cid: str, row: dict, children: list[str], log: str | None)
     header.add_row("fate", fate_text(row))
     header.add_row(
         "train",
-        f"{fmt_interval(row['fitness'], _row_interval(row, 'fitness'))} on seeds {row['seeds']}"
+        fmt_interval(row["fitness"], _row_interval(row, "fitness"))
+        + (f" on seeds {row['seeds']}" if row.get("seeds") else "")
         + (" (pinned)" if (row.get("outcome") or {}).get("seeds_pinned") else "")
         + (
             " · confirmed "
@@ -94,8 +97,10 @@ def _candidate_header(cid: str, row: dict, children: list[str], log: str | None)
         )
     header.add_row("parents", ", ".join(row["parent_ids"] or []) or "—")
     header.add_row("children", ", ".join(children) or "—")
-    header.add_row("budget", f"{row['total_timesteps']} steps per env · eval key {row['eval_key']}")
-    header.add_row("hash", f"{row['hash']} · fingerprint {row['fingerprint'] or '—'}")
+    header.add_row(
+        "budget", f"{fmt(row['total_timesteps'])} steps per env · eval key {fmt(row['eval_key'])}"
+    )
+    header.add_row("hash", f"{row['hash'] or '—'} · fingerprint {row['fingerprint'] or '—'}")
     if row.get("cached_from"):
         header.add_row(
             "cached", f"scores reused from {row['cached_from']} (same program, same evaluation)"
@@ -112,7 +117,7 @@ def _candidate_header(cid: str, row: dict, children: list[str], log: str | None)
     if row.get("cost_usd") is not None or row.get("prompt_tokens") is not None:
         header.add_row(
             "LLM",
-            f"tokens {row['prompt_tokens']}+{row['completion_tokens']} · "
+            f"tokens {fmt(row['prompt_tokens'])}+{fmt(row['completion_tokens'])} · "
             f"cost {fmt_cost(row['cost_usd'])} · latency {fmt(row['latency_s'], 1)}s",
         )
     if row.get("warnings"):
@@ -236,7 +241,7 @@ def external_table(external: list) -> Table:
 def _print_call(index: int, count: int, call: dict, full: bool) -> None:
     meta = (
         f"model {call['model']} · tokens "
-        f"{call['prompt_tokens']}+{call['completion_tokens']}"
+        f"{fmt(call['prompt_tokens'])}+{fmt(call['completion_tokens'])}"
         f" · cost {fmt_cost(call['cost_usd'])} · latency {fmt(call['latency_s'], 1)}s"
     )
     if call.get("error"):

@@ -23,6 +23,8 @@ from rich.text import Text
 from metarl.cli.console import console, say
 from metarl.cli.errors import UserError
 from metarl.cli.options import DEFAULT_ARCHIVE, parse_envs
+from metarl.evaluation.static_check import MAX_SOURCE_BYTES
+from metarl.tasks import task_names
 
 # DiscoGen's config keys are upper-case identifiers (`TOTAL_TIMESTEPS`, `NUM_ENVS`)
 _KEY = re.compile(r"[A-Z][A-Z0-9_]*")
@@ -210,9 +212,6 @@ def defined_task(source: str) -> str | None:
         The task's name, or None when the file does not parse, is over the static check's size
         limit, or defines no registered task's function or more than one.
     """
-    from metarl.evaluation.static_check import MAX_SOURCE_BYTES  # lazy: the task layer
-    from metarl.tasks import task_names  # lazy: the task layer (jax)
-
     if len(source.encode("utf-8", "surrogatepass")) > MAX_SOURCE_BYTES:
         return None  # the static check refuses it anyway; never parse an oversized file
     try:

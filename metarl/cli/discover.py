@@ -4,7 +4,6 @@ loop, its live display and its report."""
 from __future__ import annotations
 
 import logging
-import signal
 import time
 from pathlib import Path
 from typing import Any, List, Optional
@@ -19,10 +18,11 @@ from metarl.cli.options import (
     RUN_LEADERBOARD_ROWS,
     archive_hint,
     archive_option,
+    interrupts_stop_cleanly,
     parse_duration,
     parse_seed_values,
     seed_values_option,
-    sigterm_as_interrupt,
+    task_list,
     verbose_option,
 )
 from metarl.cli.progress import Display, print_interrupted, print_run_report
@@ -38,13 +38,13 @@ class DiscoverCommand(TyperCommand):
     copy of a run's defaults.
 
     The options themselves default to None (so that a `--config` file can fill them), and the
-    config is read only when the help is shown: importing `metarl.discovery.config` imports
-    jax (through `metarl.tasks` -> `metarl.rl.artifact`), about 1.5 s that `metarl --help` and
+    config is read only when the help is shown: `metarl.discovery.config` imports the sandbox's
+    modules, the suites and numpy (no jax), a few tenths of a second that `metarl --help` and
     every other command would otherwise pay at start-up.
     """
 
     def format_help(self, ctx, formatter) -> None:
-        # lazy: metarl.discovery.config imports jax through metarl.tasks; only this help needs it
+        # lazy: the config imports the sandbox's modules and numpy; only this help needs them
         from metarl.discovery.config import DiscoverConfig
 
         defaults = DiscoverConfig()
@@ -63,9 +63,7 @@ class DiscoverCommand(TyperCommand):
 
 
 def discover(
-    task: Optional[str] = typer.Option(
-        None, "--task", help="What to discover: drift or optimizer."
-    ),
+    task: Optional[str] = typer.Option(None, "--task", help=f"What to discover: {task_list()}."),
     suite: Optional[str] = typer.Option(
         None,
         "--suite",
@@ -379,7 +377,7 @@ def _collect(config_file: Path | None, cli: dict):
     Raises:
         ConfigError: a bad config file or option value.
     """
-    # lazy: metarl.discovery.config imports jax; `metarl --help` and the archive commands stay fast
+    # lazy: the config imports the sandbox's modules and numpy; `metarl --help` stays fast
     from metarl.discovery.config import DiscoverConfig, load_config_file
 
     values = DiscoverConfig().to_dict()
@@ -398,7 +396,7 @@ def _resume_config(archive_path: str, run_id: str, overrides: dict, fixed: dict)
         ConfigError: a setting in `fixed` differs from the run's.
         ArchiveError: no archive, or no such run.
     """
-    # lazy: the discovery config imports jax; `metarl --help` and the archive commands stay fast
+    # lazy: the archive imports sqlite_utils and jax; `metarl --help` stays fast
     from metarl.archives.store import Archive
     from metarl.discovery.config import ConfigError, DiscoverConfig, upgrade_keys
 
@@ -422,7 +420,7 @@ def _resume_config(archive_path: str, run_id: str, overrides: dict, fixed: dict)
 def _check_credentials(run_id: str, values: dict) -> None:
     """Raises ConfigError when a resumed run's option lost its credentials to the archive's
     redaction (`--api-base http://***@host/v1`) and the command line does not give it again."""
-    # lazy: the discovery config imports jax; `metarl --help` and the archive commands stay fast
+    # lazy: the config imports the sandbox's modules and numpy; `metarl --help` stays fast
     from metarl.discovery.config import ConfigError
 
     for key, value in values.items():
@@ -493,17 +491,13 @@ def run_discovery(
         resume,
         redact_config(config.to_dict()),
     )
-    previous = sigterm_as_interrupt()
     start = time.monotonic()
     try:
-        with view:
+        with interrupts_stop_cleanly(), view:
             result = loop.run()
     except KeyboardInterrupt:
         print_interrupted(loop.run_id or "?", archive_hint(archive_path))
         raise typer.Exit(130) from None
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
     elapsed = time.monotonic() - start
     logger.info("run %s %s (%s)", result.run_id, result.status, result.reason)
     board = leaderboard(archive, run_id=result.run_id, limit=RUN_LEADERBOARD_ROWS)

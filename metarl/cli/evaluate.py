@@ -21,6 +21,7 @@ from metarl.cli.options import (
 from metarl.cli.verdict import print_outcome, stage_spinner
 from metarl.evaluation.settings import CascadeSettings, validate_rates
 from metarl.logs import log_to_stderr
+from metarl.tasks import task_names
 
 DEFAULTS = CascadeSettings()
 logger = logging.getLogger(__name__)
@@ -36,8 +37,8 @@ def evaluate(
         None,
         "--task",
         "-t",
-        help="Which contract the file implements: drift, optimizer, or lpg (an LPG network "
-        "exported by `metarl es --task lpg`: agents it trains on the suite's envs). An "
+        help=f"Which contract the file implements: {', '.join(task_names())}, or lpg (an LPG "
+        "network exported by `metarl es --task lpg`: agents it trains on the suite's envs). An "
         "archived candidate's is its own.",
     ),
     suite: str = typer.Option(
@@ -169,11 +170,11 @@ def evaluate(
     their "path" for several), 2 on a usage error or when the sandbox cannot run.
     """
     log_to_stderr(verbose)
-    # lazy: metarl.tasks imports jax; `metarl --help` and the archive commands stay fast
+    # lazy: the LPG config and evaluator import jax; `metarl --help` and the archive commands
+    # stay fast
     from metarl.blackbox.config import LPG_TASK
     from metarl.evaluation.lpg_evaluation import lpg_evaluator
     from metarl.rl.suites import get_suite, meta_suite_name, meta_task_problem, suite_names
-    from metarl.tasks import task_names
 
     if harness not in ("metarl", "discogen"):
         raise UserError(f"unknown harness {harness!r}; choose one of: metarl, discogen")

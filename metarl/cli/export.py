@@ -18,7 +18,7 @@ import typer
 from metarl.cli import archive as archive_commands
 from metarl.cli.console import say
 from metarl.cli.errors import UserError
-from metarl.cli.options import EXPORT_FORMATS, archive_option
+from metarl.cli.options import EXPORT_FORMATS, archive_option, task_list
 
 DATASET_FORMATS = ("sft", "dpo", "grpo")  # metarl.grpo.export.FORMATS
 DISCOGEN = "discogen"  # a candidate as a DiscoGen task directory (metarl.cli.discogen)
@@ -60,7 +60,7 @@ def export(
         None,
         "--task",
         "-t",
-        help="discogen, a candidate file: drift or optimizer (default: the task whose function "
+        help=f"discogen, a candidate file: {task_list()} (default: the task whose function "
         "the file defines).",
     ),
     test: bool = typer.Option(

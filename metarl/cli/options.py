@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import signal
+from contextlib import contextmanager
 from typing import Any
 
 import typer
@@ -15,6 +16,8 @@ import typer
 from metarl.cli.errors import UserError
 from metarl.evaluation import seeds
 from metarl.evaluation.text import has_redactions, redact_config
+from metarl.logs import mute_stderr
+from metarl.tasks import task_names
 
 DEFAULT_ARCHIVE = "metarl.db"
 ARCHIVE_ENVVAR = "METARL_ARCHIVE"
@@ -53,6 +56,13 @@ def seed_values_option() -> Any:
         help="Pin the training seeds, e.g. 0,1,2,3 (to reproduce a recorded score or a paper; "
         "recorded as pinned). Default: drawn per batch where no candidate can know them.",
     )
+
+
+def task_list() -> str:
+    """The registry's task names for an option's help, e.g. "drift or optimizer" (the names
+    alone: listing them imports no task package, so no jax)."""
+    *rest, last = task_names()
+    return f"{', '.join(rest)} or {last}" if rest else last
 
 
 def parse_seed_values(text: str | None) -> list[int] | None:
@@ -106,16 +116,28 @@ def parse_duration(text: str | None, option: str = "--max-time") -> float | None
     return float(match.group(1)) * scale
 
 
-def sigterm_as_interrupt():
-    """SIGTERM stops a run like Ctrl-C (cleanly, resumable); returns the previous handler."""
+@contextmanager
+def interrupts_stop_cleanly():
+    """Within: Ctrl-C and SIGTERM stop a run cleanly (KeyboardInterrupt: the archive stays
+    consistent, the run resumable) and silence the stderr log at once, so that what the
+    teardown logs goes to the run's log file only and the user reads one line. Outside the
+    main thread the handlers are left as they are."""
 
-    def handler(_signum, _frame):
+    def handler(signum, _frame):
+        mute_stderr()
         raise KeyboardInterrupt
 
+    previous = {}
     try:
-        return signal.signal(signal.SIGTERM, handler)
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            previous[signum] = signal.signal(signum, handler)
     except ValueError:
-        return None  # not the main thread: leave it
+        pass  # not the main thread: leave them
+    try:
+        yield
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
 
 
 def run_options(

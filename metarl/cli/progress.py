@@ -8,6 +8,7 @@ texts, which quote them: every such string is printed through `console.say` or a
 
 from __future__ import annotations
 
+import time
 from collections import deque
 
 from rich.console import Group
@@ -16,21 +17,37 @@ from rich.progress import BarColumn, Progress, TextColumn
 from rich.table import Table
 from rich.text import Text
 
-from metarl.cli.board import fate_text, leaderboard_table
+from metarl.cli.board import fate_text, incumbent_text, leaderboard_table
 from metarl.cli.console import cells, console, say, untrusted
 from metarl.cli.formats import fmt, fmt_seconds
 from metarl.evaluation.text import printable
 
+# the cascade's stages as the panel names them (evaluation/cascade.py `evaluate_batch`)
+STAGES = {
+    "static": "static check",
+    "probes": "probes",
+    "baseline": "baseline on its seeds",
+    "short": "short run",
+    "full": "training",
+}
+
 
 class Display:
-    """Renders loop events: a live rich panel on a terminal, one line per event otherwise."""
+    """Renders loop events: a live rich panel on a terminal, one line per event otherwise.
+
+    The panel is re-rendered twice a second, not only on events: its clock, the status's
+    age and each candidate's time in its stage move while a long batch trains.
+    """
 
     def __init__(self, live: bool, budget: int, quiet: bool = False):
         self.live_enabled = live
         self.quiet = quiet
         self.recent: deque = deque(maxlen=10)
         self.inflight: dict[str, str] = {}
+        self.stages: dict[str, tuple[str, float]] = {}  # id -> (stage, since)
         self.status = "starting"
+        self.status_since = time.monotonic()
+        self.clock = (0.0, time.monotonic())  # the run's elapsed_s as of the last state
         self.best: dict | None = None
         self.run_id = "?"
         self.progress = Progress(
@@ -46,15 +63,18 @@ class Display:
 
     def __enter__(self):
         if self.live_enabled:
-            self.live = Live(self.render(), console=console, refresh_per_second=2, transient=False)
+            self.live = Live(self, console=console, refresh_per_second=2, transient=False)
             self.live.__enter__()
         return self
 
     def __exit__(self, *exc):
         if self.live is not None:
-            self.live.update(self.render())
+            self.live.refresh()
             self.live.__exit__(*exc)
             self.live = None
+
+    def __rich__(self) -> Group:
+        return self.render()
 
     def line(self, text: str) -> None:
         """One event as a line, when there is no live panel (and not --quiet)."""
@@ -65,11 +85,9 @@ class Display:
         state = data.get("state")
         if state:
             self.state = state
+            self.clock = (float(state.get("elapsed_s") or 0.0), time.monotonic())
             self.progress.update(
-                self.task_id,
-                completed=state.get("done", 0),
-                total=state.get("budget"),
-                extra=self._extra(state),
+                self.task_id, completed=state.get("done", 0), total=state.get("budget")
             )
         if kind == "run":
             self.run_id = data["run_id"]
@@ -81,12 +99,15 @@ class Display:
                 f"{cfg['seeds']} seeds x {cfg['timesteps']} steps per env"
             )
         elif kind == "status":
-            self.status = data["text"]
+            self.status, self.status_since = data["text"], time.monotonic()
             self.line(f"… {data['text']}")
         elif kind == "submitted":
             self.inflight[data["id"]] = data.get("name") or ""
+        elif kind == "stage":
+            self.stages[data["id"]] = (STAGES.get(data["stage"], data["stage"]), time.monotonic())
         elif kind == "candidate":
             self.inflight.pop(data["id"], None)
+            self.stages.pop(data["id"], None)
             self.recent.appendleft(data)
             tag = "seed" if data.get("is_seed") else (data.get("operator") or "")
             cached = " (cached)" if data.get("cached") else ""
@@ -97,24 +118,36 @@ class Display:
             )
         elif kind == "confirm":
             self.line(
-                f"… raced {data['id']} ({data.get('name')}) against {data.get('incumbent')} on "
+                f"… raced {data['id']} ({data.get('name') or '—'}) against "
+                f"{data.get('incumbent') or '—'} on "
                 f"validation: {fmt(data['confirmed'])} over {data.get('runs')} seeds, "
                 f"P(better) {fmt(data.get('poi'))} [{fmt(data.get('poi_low'))}, "
                 f"{fmt(data.get('poi_high'))}]: {data.get('verdict')}"
             )
+        elif kind == "duplicate":
+            self.line(
+                f"… {data['id']} returns exactly what the incumbent {data['incumbent']} returns "
+                f"on {data['runs']} shared seeds: a copy in behaviour, not raced"
+            )
         elif kind == "generation":
             self.best = {"id": data.get("incumbent"), "score": data.get("score")}
             self.line(
-                f"— generation {data['generation']} done; incumbent {data.get('incumbent')} "
+                f"— generation {data['generation']} done; incumbent "
+                f"{data.get('incumbent') or '—'} "
                 f"({fmt(data.get('score'))})"
             )
         elif kind == "done":
             self.status = f"{data['status']}: {data['reason']}"
         if self.live is not None:
-            self.live.update(self.render())
+            self.live.refresh()
+
+    def elapsed(self) -> float:
+        """The run's wall time now: its last reported elapsed_s plus the time since."""
+        base, at = self.clock
+        return base + time.monotonic() - at
 
     def _extra(self, state: dict) -> str:
-        parts = [f"gen {state.get('generation', 0)}", fmt_seconds(state.get("elapsed_s"))]
+        parts = [f"gen {state.get('generation', 0)}", fmt_seconds(self.elapsed())]
         if state.get("max_time"):
             parts[-1] += f" / {fmt_seconds(state['max_time'])}"
         if state.get("cost_usd"):
@@ -143,19 +176,29 @@ class Display:
                 )
             )
         incumbent = self.state.get("incumbent")
-        best = Text.assemble(("best: ", "bold"), (printable(incumbent or "—"), "cyan"))
+        best = Text.assemble(("incumbent: ", "bold"), (printable(incumbent or "—"), "cyan"))
         if self.best and self.best.get("score") is not None:
             best.append(f"  score {fmt(self.best['score'])}")
-        inflight = ", ".join(f"{k} {v}" for k, v in self.inflight.items()) or "—"
+        now = time.monotonic()
+        inflight = ", ".join(
+            f"{k} {v}"
+            + (
+                f" ({self.stages[k][0]} {fmt_seconds(now - self.stages[k][1])})"
+                if k in self.stages
+                else ""
+            )
+            for k, v in self.inflight.items()
+        )
+        self.progress.update(self.task_id, extra=self._extra(self.state))
         return Group(
             Text.assemble(
                 ("metarl discover ", "bold"),
                 (printable(f"run {self.run_id}"), "cyan"),
-                (printable("  " + self.status), "dim"),
+                (printable(f"  {self.status} ({fmt_seconds(now - self.status_since)})"), "dim"),
             ),
             self.progress,
             best,
-            untrusted(f"evaluating: {inflight}", "dim"),
+            untrusted(f"evaluating: {inflight or '—'}", "dim"),
             table,
         )
 
@@ -176,34 +219,37 @@ def print_run_report(
 
     Args:
         result: the loop's result (run_id, status, reason, candidates, best_id, best_fitness).
-        board: the run's leaderboard; summary: `metarl.archives.queries.run_summary`.
+        board: the run's leaderboard; summary: `metarl.archives.queries.run_summary` (its
+            counts and incumbent, worded as `metarl show RUN` and the report word them).
         elapsed: this invocation's wall time; budget: the run's candidate budget.
         archive_hint: " --archive PATH" for the follow-up commands, or "".
     """
     console.print(leaderboard_table(board))
     fates = ", ".join(f"{n} {s}" for s, n in sorted(summary["by_status"].items())) or "none"
     stopped = ", ".join(f"{n} at {s}" for s, n in sorted(summary["stopped_at"].items()))
+    counts, incumbent = summary.get("counts"), summary.get("incumbent")
+    scored = counts.describe() if counts else f"{result.candidates} children"
+    best = incumbent_text(incumbent)
+    rank = next((row.rank for row in board.rows if row.incumbent), None)
+    if rank is not None and rank > 1:
+        best += f"; #{rank} on the leaderboard, which ranks by train score"
     say(
         f"run {result.run_id} {result.status} ({result.reason}) in {fmt_seconds(elapsed)}: "
-        f"{result.candidates} candidates ({fates}{'; stopped ' + stopped if stopped else ''}); "
-        f"best {result.best_id} ({fmt(result.best_fitness)})"
+        f"{scored} (children: {fates}{'; stopped ' + stopped if stopped else ''}); "
+        f"incumbent {best}"
     )
     if summary.get("near_duplicates"):  # discovery/novelty.py `summary_line`
         say(summary["near_duplicates"])
     if result.status != "finished":
-        extra = ""
-        if "time budget" in result.reason:
-            extra = " --max-time 30m"
-        elif "cost budget" in result.reason:
-            extra = " --max-cost 5"
+        extra = f" {result.resume_options}" if result.resume_options else ""
         say(f"continue with: metarl resume {result.run_id}{extra}{archive_hint}")
     elif result.candidates >= budget:
         say(
             f"search further with: metarl resume {result.run_id} --budget "
             f"{budget * 2}{archive_hint}"
         )
-    if result.best_id:
+    best_id = incumbent.id if incumbent else result.best_id
+    if best_id:
         say(
-            f"inspect: metarl show {result.best_id}{archive_hint} · "
-            f"metarl lineage {result.best_id}{archive_hint}"
+            f"inspect: metarl show {best_id}{archive_hint} · metarl lineage {best_id}{archive_hint}"
         )

@@ -7,6 +7,7 @@ are printed as `console.untrusted` Text, never as markup, their escapes made vis
 
 from __future__ import annotations
 
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
@@ -15,12 +16,13 @@ from rich.table import Table
 from rich.text import Text
 
 from metarl.cli.console import cells, console, err_console, say, untrusted
-from metarl.cli.formats import fmt_compact, fmt_interval, fmt_published
+from metarl.cli.formats import fmt_compact, fmt_interval, fmt_published, fmt_seconds
 from metarl.evaluation.text import printable
 
 STAGE_LABELS = {
     "static": "static check",
     "probes": "probes",
+    "baseline": "baseline on the same seeds",
     "short": "short run",
     "full": "full run",
 }
@@ -39,9 +41,31 @@ TIMING_KEYS = (
 CAPTURED_LINES = 20  # of a failed candidate's output
 
 
+class _Stages:
+    """The spinner's text: each candidate's stage and how long it has been in it, re-read at
+    every refresh (a clock that moves, even through a long baseline or full run)."""
+
+    def __init__(self, names: list[str]):
+        self.names = names
+        now = time.monotonic()
+        self.stages = [("starting the sandbox workers", now) for _ in names]
+
+    def enter(self, index: int, stage: str) -> None:
+        self.stages[index] = (STAGE_LABELS.get(stage, stage), time.monotonic())
+
+    def __rich__(self) -> Text:
+        now = time.monotonic()
+        return untrusted(
+            "; ".join(
+                f"{name}: {label} {fmt_seconds(now - since)}"
+                for name, (label, since) in zip(self.names, self.stages)
+            )
+        )
+
+
 @contextmanager
 def stage_spinner(names: list[str]) -> Iterator[Callable[[int, str], None]]:
-    """A spinner on stderr naming each candidate's cascade stage.
+    """A spinner on stderr naming each candidate's cascade stage, with a live clock.
 
     Args:
         names: the candidates' file names, in batch order.
@@ -49,18 +73,9 @@ def stage_spinner(names: list[str]) -> Iterator[Callable[[int, str], None]]:
     Yields:
         The `progress(index, stage)` callback of `Evaluator.evaluate_batch`.
     """
-    stages = {name: "waiting" for name in names}
-    with err_console.status(
-        untrusted(f"{', '.join(names)}: starting the sandbox workers")
-    ) as status:
-
-        def progress(index: int, stage: str) -> None:
-            stages[names[index]] = STAGE_LABELS.get(stage, stage)
-            status.update(
-                untrusted("; ".join(f"{name}: {label}" for name, label in stages.items()))
-            )
-
-        yield progress
+    stages = _Stages(names)
+    with err_console.status(stages):
+        yield stages.enter
 
 
 def _scores_table(outcome, title: str) -> Table:

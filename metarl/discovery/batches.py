@@ -92,6 +92,7 @@ class Batches:
         rows: list[dict],
         known: dict[str, str] | None = None,
         exclude_seeds: list[int] | None = None,
+        seeds: list[int] | None = None,
         final_rate: tuple[str | None, float] = (None, 1.0),
         train_envs: list[str] | None = None,
         behaviours: dict[str, list] | None = None,
@@ -99,6 +100,8 @@ class Batches:
         """The Outcomes of the programs (`code`) of candidate rows `rows`, in order, in one
         batch; `known` maps behaviour fingerprints to the candidates that have them;
         `exclude_seeds`: training seeds the batch must not draw (a confirmation's);
+        `seeds`: the batch's training seeds, when they are not drawn (a race round that pairs
+        the challenger with a round of the incumbent's);
         `final_rate`: the learning rate of a "final" measurement (`records.cascade_settings`);
         `train_envs`: a curriculum's draw (the training envs of a "child" batch);
         `behaviours`: candidate id -> behaviour descriptor, for near-duplicates (passed to
@@ -111,11 +114,17 @@ class Batches:
         for row in rows if SHOWN[purpose] else []:
             self.emit("submitted", {k: row[k] for k in SHOWN[purpose]})
         sources = [row["code"] for row in rows]
+
+        def progress(index: int, stage: str) -> None:  # from the evaluator's thread
+            self.emit("stage", {"id": rows[index]["id"], "stage": stage})
+
         evaluate = functools.partial(
-            evaluator.evaluate_batch, exclude_seeds=list(exclude_seeds or [])
+            evaluator.evaluate_batch, exclude_seeds=list(exclude_seeds or []), progress=progress
         )
         if behaviours:
             evaluate = functools.partial(evaluate, known_behaviours=behaviours)
+        if seeds is not None:
+            evaluate = functools.partial(evaluate, seeds=list(seeds))
         future = self.pool.submit(evaluate, sources, self.task, known)
         wait(future, self.check)
         try:

@@ -17,8 +17,10 @@ steps per environment, 4 seeds) costs about a minute per candidate there, so the
 shorten the per-environment budget to 1e5 steps and use 2 seeds: a candidate then costs ~18 s
 (XLA compilation, ~6-7 s per environment, dominates; training is ~2 s), the baselines plus the
 two seeds ~80 s with a cold cache, and the default 12 children finish in ~5 minutes on a quiet
-2-core machine (measured: 10 children in 4m20s, cold cache). `max_time` (9 minutes) is a
-safety net for a loaded machine: the run stops cleanly there, resumable, with its leaderboard.
+2-core machine (measured: 10 children in 4m20s, cold cache). Budgets count work: the run
+ends after its `budget` children however long a loaded machine takes for them. `max_time` is a
+wall-time cap only when asked for (`--max-time 30m`); even then the seed programs and one
+generation are scored first, so that every run ends with children on its leaderboard.
 Pass `--timesteps 500000 --seeds 4` (or `timesteps = 0`: the suite's own budget) for the
 paper-scale setting.
 """
@@ -34,13 +36,10 @@ from pathlib import Path
 
 from metarl.discovery.proposers import PROPOSERS
 from metarl.errors import USAGE, MetarlError
-from metarl.evaluation.executors import ExecutorSettings
 from metarl.evaluation.protocols import UnknownProtocol, get_protocol
 from metarl.evaluation.seeds import SeedError, parse_seed_values
 from metarl.evaluation.settings import CascadeSettings, validate_rates
 from metarl.evaluation.text import redact_config
-from metarl.rl.curriculum import CURRICULA
-from metarl.rl.suites import SUITES, UnknownSuite, get_suite, meta_task_problem
 from metarl.tasks import UnknownTask, get_task
 
 
@@ -57,7 +56,9 @@ class DiscoverConfig:
     proposer: str = "mutation"
     # budgets
     budget: int = 12  # children to propose (seeds are not counted)
-    max_time: float | None = 540.0  # seconds of wall time (summed over resumes); None: no limit
+    # seconds of wall time (summed over resumes), applied after the first generation; None:
+    # no limit (the default: the candidate budget ends the run)
+    max_time: float | None = None
     max_cost: float | None = None  # USD of LLM calls; None: no limit
     # evaluation
     workers: int = 1
@@ -153,6 +154,11 @@ class DiscoverConfig:
 
     def resolved(self) -> "DiscoverConfig":
         """Validated copy with protocol and suite defaults filled in; raises ConfigError."""
+        # lazy: the executors import the sandbox, the suites draw their environments with
+        # numpy; `metarl discover --help` reads this module's defaults without them
+        from metarl.evaluation.executors import ExecutorSettings
+        from metarl.rl.suites import UnknownSuite, get_suite, meta_task_problem
+
         self = self.with_protocol()
         try:
             get_task(self.task)
@@ -354,6 +360,10 @@ def _check_curriculum(config: DiscoverConfig, suite) -> None:
     Raises:
         ConfigError: one line for the user.
     """
+    # lazy: numpy, as in `resolved`
+    from metarl.rl.curriculum import CURRICULA
+    from metarl.rl.suites import SUITES
+
     if config.curriculum not in CURRICULA:
         raise ConfigError(
             f"--curriculum is one of {', '.join(CURRICULA)}, not {config.curriculum!r}"

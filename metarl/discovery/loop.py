@@ -191,7 +191,9 @@ class DiscoveryLoop:
             ids = [f"{self.run_id}-{i}" for i in range(len(seeds))]
             self.state.seed_ids = ids
             self.state.next_seq = max(self.state.next_seq, len(seeds))
-        self._emit("status", {"text": f"evaluating {len(seeds)} seeds (cached per archive)"})
+        self._emit(
+            "status", {"text": f"scoring the {len(seeds)} seed programs (cached per archive)"}
+        )
         pending = []  # (row, cached evaluation or None), in seed order
         for seq, (seed, cid) in enumerate(zip(seeds, ids)):
             if not self.archive.has_candidate(cid):
@@ -213,6 +215,7 @@ class DiscoveryLoop:
         cfg = self.config
         self.state.islands = selection.Islands.start(cfg.islands, cfg.population, passed).to_state()
         self.state.incumbent = max(passed, key=lambda c: (self._score(c), -ids.index(c)))
+        self._record_incumbent(0, max(self.archive.candidate(c)["seq"] for c in ids))
         self.state.phase = "generations"
         self.book.save()
 
@@ -343,11 +346,20 @@ class DiscoveryLoop:
             moves = islands.migrate(lookup)
             islands.truncate(lookup, cfg.novelty)
         state.islands, state.incumbent = islands.to_state(), incumbent
+        seqs = [child["seq"] for child in children if child.get("seq") is not None]
+        self._record_incumbent(generation, max(seqs) if seqs else state.next_seq - 1)
         state.generation, state.plan = generation, None
         self.book.save()
         score = self._score(incumbent) if incumbent else None
         data = {"generation": generation, "incumbent": incumbent, "score": score}
         self._emit("generation", {**data, "migrations": moves, "state": self.book.progress()})
+
+    def _record_incumbent(self, generation: int, seq: int) -> None:
+        """Archive the incumbent selection just decided, with the state, when it changed: the
+        report draws its incumbent line from these, never from the scores."""
+        history, incumbent = self.state.incumbents, self.state.incumbent
+        if incumbent and (not history or history[-1]["id"] != incumbent):
+            history.append({"generation": generation, "id": incumbent, "seq": int(seq)})
 
     def _score_levels(self, generation: int, children: list[dict]) -> None:
         """Score the generation's drawn levels from its children and update the curriculum."""
@@ -405,6 +417,8 @@ class DiscoveryLoop:
         """
         cap = int(self.config.race_seeds)
         while True:
+            if self._same_behaviour(incumbent, challenger):
+                return False
             tables = {cid: self._validation(cid) for cid in (incumbent, challenger)}
             runs = {cid: 0 if m is None else m.shape[0] for cid, (m, _) in tables.items()}
             enough = int(self.config.confirm_seeds)
@@ -419,12 +433,47 @@ class DiscoveryLoop:
                 if verdict != statistics.UNDECIDED:
                     return verdict == statistics.BETTER
             behind = [c for c in (incumbent, challenger) if runs[c] <= runs[challenger]]
-            if not self._validate_round([c for c in behind if runs[c] < cap] or [challenger]):
+            cids = [c for c in behind if runs[c] < cap] or [challenger]
+            seeds = self._incumbent_round(incumbent, challenger) if cids == [challenger] else None
+            if not self._validate_round(cids, seeds):
                 return False
 
-    def _validate_round(self, cids: list[str]) -> bool:
-        """One validation round of `cids` (one batch, shared fresh seeds); False when it
-        scored nothing (a fault or a failure: the race cannot go on)."""
+    def _incumbent_round(self, incumbent: str, challenger: str) -> list[int] | None:
+        """The seeds of the incumbent's first validation round the challenger has not run,
+        for a round that trains the challenger alone: paired with the incumbent's runs
+        (same seeds, same layout: comparable return by return, so a copy in behaviour shows
+        at once). None when there is no such round, or when its seeds are not fresh to the
+        challenger (it was trained on one of them): then the round draws fresh seeds."""
+        theirs = self.archive.role_evaluations(incumbent, "validation")
+        mine = self.archive.role_evaluations(challenger, "validation")
+        done = {tuple(row["seeds"]) for row in mine}
+        row = self.archive.candidate(challenger)
+        seen = {int(s) for key in ("seeds", "validation_seeds") for s in row.get(key) or []}
+        for seeds in dict.fromkeys(tuple(int(s) for s in r["seeds"]) for r in theirs):
+            if seeds not in done:
+                return None if seen & set(seeds) else list(seeds)
+        return None
+
+    def _same_behaviour(self, incumbent: str, challenger: str) -> bool:
+        """Whether the challenger's validation runs return exactly what the incumbent's do
+        wherever both trained on the same seeds: a copy in behaviour (a constant changed where
+        training never reaches), whose race could only end in a tie. Checked before each
+        round, so a copy stops after the first paired round (`_incumbent_round`)."""
+        shared = roles.identical_returns(
+            self.archive.role_evaluations(incumbent, "validation"),
+            self.archive.role_evaluations(challenger, "validation"),
+        )
+        if shared < roles.MIN_IDENTICAL:
+            return False
+        logger.info(
+            "%s returns what %s returns on %d runs: not raced", challenger, incumbent, shared
+        )
+        self._emit("duplicate", {"id": challenger, "incumbent": incumbent, "runs": shared})
+        return True
+
+    def _validate_round(self, cids: list[str], seeds: list[int] | None = None) -> bool:
+        """One validation round of `cids` (one batch, shared fresh seeds, or `seeds`); False
+        when it scored nothing (a fault or a failure: the race cannot go on)."""
         self.book.check_time()
         rows = [self.archive.candidate(cid) for cid in cids]
         seen = sorted(
@@ -436,10 +485,10 @@ class DiscoveryLoop:
             }
         )
         names = ", ".join(cids)
-        self._emit(
-            "status", {"text": f"validating {names} on {self.config.confirm_seeds} fresh seeds"}
-        )
-        outcomes = self.batches.evaluate("confirm", rows, exclude_seeds=seen)
+        which = "the incumbent's" if seeds else "fresh"
+        count = len(seeds) if seeds else self.config.confirm_seeds
+        self._emit("status", {"text": f"validating {names} on {count} {which} seeds"})
+        outcomes = self.batches.evaluate("confirm", rows, exclude_seeds=seen, seeds=seeds)
         envs = self._validation_envs()
         scored = True
         for cid, outcome in zip(cids, outcomes):

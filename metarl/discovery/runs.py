@@ -7,6 +7,7 @@ exactly."""
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass
 
@@ -34,6 +35,9 @@ class Stop(Exception):
         self.reason = reason
 
 
+RESUME_TIME_S = 1800.0  # what a time-stopped run's "continue with" hint adds to the time spent
+
+
 @dataclass
 class RunResult:
     run_id: str
@@ -42,6 +46,9 @@ class RunResult:
     candidates: int
     best_id: str | None
     best_fitness: float | None
+    # the options `metarl resume RUN` needs to go on ("" when none): a stopped run's budget
+    # raised past what was spent, since budgets count over all of a run's sessions
+    resume_options: str = ""
 
 
 class RunBook:
@@ -117,20 +124,54 @@ class RunBook:
         return self._elapsed_base + (time.monotonic() - self._session_start)
 
     def check_time(self) -> None:
-        """Raises Stop when the time budget is spent."""
-        if self.config.max_time is not None and self.elapsed() >= self.config.max_time:
-            raise Stop(f"time budget of {self.config.max_time:g} s spent")
+        """Raises Stop when the time budget is spent (`time_reason`)."""
+        reason = self.time_reason()
+        if reason:
+            raise Stop(reason)
+
+    def time_reason(self) -> str | None:
+        """Why the wall-time cap stops the run now, or None.
+
+        The cap (`max_time`, off by default: budgets count candidates) never applies before
+        the seed programs and one generation are scored, so that a run on a loaded machine
+        still ends with children on its leaderboard rather than with nothing.
+        """
+        cfg = self.config
+        if cfg.max_time is None or self.state.generation < 1:
+            return None
+        if self.elapsed() < cfg.max_time:
+            return None
+        generations = self.state.generation
+        return (
+            f"time budget of {cfg.max_time:g} s spent after {self.elapsed():.0f} s, "
+            f"{generations} generation{'s' * (generations != 1)} scored"
+        )
 
     def budget_reason(self) -> str | None:
         """Why no further generation may start, or None."""
         cfg = self.config
         if self.state.planned >= cfg.budget:
             return "candidate budget spent"
-        if cfg.max_time is not None and self.elapsed() >= cfg.max_time:
-            return f"time budget of {cfg.max_time:g} s spent"
+        time_reason = self.time_reason()
+        if time_reason:
+            return time_reason
         if cfg.max_cost is not None and self.state.cost_usd >= cfg.max_cost:
             return f"cost budget of ${cfg.max_cost:g} spent"
         return None
+
+    def resume_options(self, status: str, reason: str) -> str:
+        """The options that let `metarl resume` go on after this session ended with `status`
+        for `reason`: a spent budget raised past what was spent (the time budget by
+        RESUME_TIME_S, in whole minutes; the cost budget doubled), else none."""
+        cfg = self.config
+        if status != "stopped":
+            return ""
+        if cfg.max_time is not None and reason.startswith("time budget"):
+            minutes = math.ceil((self.elapsed() + RESUME_TIME_S) / 60)
+            return f"--max-time {minutes}m"
+        if cfg.max_cost is not None and reason.startswith("cost budget"):
+            return f"--max-cost {max(2 * cfg.max_cost, self.state.cost_usd + 1):g}"
+        return ""
 
     def progress(self) -> dict:
         """The run's counters and budgets, as the live display shows them."""
@@ -207,6 +248,7 @@ class RunBook:
             run["candidates_count"] or 0,
             run.get("best_id"),
             run.get("best_fitness"),
+            self.resume_options(status, reason),
         )
 
 

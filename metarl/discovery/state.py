@@ -136,6 +136,10 @@ class RunState:
     # as behaving nearly like one (counted when archived, in the same transaction)
     near_duplicates_code: int = 0
     near_duplicates_behaviour: int = 0
+    # the incumbent as selection decided it, after the seed programs and after each generation
+    # that changed it: {generation, id, seq: the last candidate scored when it was decided}
+    # (the report's incumbent line: archives/report_rows.py); absent until the first one
+    incumbents: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -145,6 +149,8 @@ class RunState:
         for key in ("near_duplicates_code", "near_duplicates_behaviour"):  # likewise, until
             if not data[key]:  # a near-duplicate was rejected
                 del data[key]
+        if not data["incumbents"]:  # likewise, until the seed programs are scored
+            del data["incumbents"]
         return data
 
     @classmethod
@@ -157,4 +163,5 @@ class RunState:
         values["plan"] = Plan.from_dict(data["plan"]) if data.get("plan") else None
         values["seed_ids"] = list(data.get("seed_ids") or [])
         values["curriculum_history"] = list(data.get("curriculum_history") or [])
+        values["incumbents"] = list(data.get("incumbents") or [])
         return cls(**values)

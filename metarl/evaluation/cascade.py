@@ -151,6 +151,7 @@ class Evaluator:
         self._baseline_runs: dict[tuple[str, str, tuple[int, ...], int], dict] = {}
         self._randoms: dict[str, float] = {}
         self._references_lock = threading.Lock()
+        self.closing = False  # set by close: a batch cut short by it did not fail
         self._batches = BatchTraining(
             settings, self.platform, self._run_trainer, self._batch_settings
         )
@@ -163,6 +164,9 @@ class Evaluator:
         self.close()
 
     def close(self) -> None:
+        """Stop the workers; a batch still running ends with the evaluator's fault, logged
+        as stopped, not as a failure (Ctrl-C ends a run with one line, not a traceback)."""
+        self.closing = True
         self._executor.close()
 
     # -- references (baselines, random returns) -------------------------------------------------
@@ -321,7 +325,8 @@ class Evaluator:
             known_fingerprints: fingerprint -> candidate id; a candidate that behaves like one
                 of them on the probe batch stops after the probes as a duplicate.
             progress: `progress(index, stage)` as candidate `index` enters "static",
-                "probes", "short" or "full".
+                "probes", "baseline" (the baseline program trained on the batch's seeds,
+                or read from the cache), "short" or "full".
             seeds: the training seed values to use (default: drawn).
             exclude_seeds: values a drawn set must avoid (a confirmation's earlier seeds).
             known_behaviours: candidate id -> behaviour descriptor (Outcome.behaviour); a
@@ -352,13 +357,19 @@ class Evaluator:
                 list(pool.map(lambda c: self._trace(c, task_obj), traced))
         self._precheck(task_obj, [c for c in candidates if c.outcome is None])
         ready = [c for c in candidates if c.outcome is None]
+        for candidate in ready:  # the baseline on the batch's seeds (at once when cached)
+            announce(candidate, "baseline")
         if ready:
             try:
                 references = self.references(task_obj, drawn.values)
             except (RuntimeError, OSError, KeyError, ValueError) as error:
-                logger.exception("baseline for %s failed", task_obj.name)
-                for candidate in ready:
+                if self.closing:  # its workers were stopped under it: an interruption
+                    logger.info("baseline for %s stopped: the evaluator closed", task_obj.name)
+                    reason = "the evaluation was stopped before the baseline was trained"
+                else:
+                    logger.exception("baseline for %s failed", task_obj.name)
                     reason = f"the baseline could not be trained: {error}"
+                for candidate in ready:
                     candidate.outcome = Outcome.evaluator_fault(reason)
             else:
                 known = KnownPrograms(known_fingerprints or {}, known_behaviours or {})

@@ -119,17 +119,21 @@ class Outcome:
     # failure) or "evaluator" (reproducible without the candidate: a baseline that cannot
     # train, a malformed result from trusted code, a worker that never started; it says
     # nothing about the candidate). Set by the parent only (a trainer cannot declare one).
-    fault: str = "candidate"
+    # A passing outcome has no fault: None (a failure given none is the candidate's).
+    fault: str | None = None
 
     def __post_init__(self) -> None:
         if self.stage not in STAGES:
             raise ValueError(f"unknown stage {self.stage!r}; stages: {', '.join(STAGES)}")
-        if self.fault not in FAULTS:
+        if self.fault is not None and self.fault not in FAULTS:
             raise ValueError(f"unknown fault {self.fault!r}; faults: {', '.join(FAULTS)}")
+        self.fault = _fault_of(self.passed, self.fault)
 
     def to_dict(self) -> dict:
-        """The outcome as JSON-ready data (non-finite numbers become None)."""
+        """The outcome as JSON-ready data (non-finite numbers become None); a passing
+        outcome's fault is None even when it was marked passed after it was made."""
         data = asdict(self)
+        data["fault"] = _fault_of(self.passed, self.fault)
         return _finite_or_none(data)
 
     @classmethod
@@ -180,11 +184,20 @@ def evaluator_fault(outcome: Outcome) -> bool:
     return not outcome.passed and outcome.fault == "evaluator"
 
 
-def _legacy_fault(data: dict) -> str:
-    """The fault of an archived outcome written before `fault` existed: an evaluator fault
-    when its reason had the evaluator-error prefix or a sandbox worker never started."""
+def _fault_of(passed: bool, fault: str | None) -> str | None:
+    """An outcome's fault: None when it passed (nothing failed), else `fault`, "candidate"
+    when none was given."""
+    if passed:
+        return None
+    return fault or "candidate"
+
+
+def _legacy_fault(data: dict) -> str | None:
+    """The fault of an archived outcome written before `fault` existed: None when it passed;
+    an evaluator fault when its reason had the evaluator-error prefix or a sandbox worker
+    never started."""
     if data.get("passed"):
-        return "candidate"
+        return None
     sandbox = data.get("sandbox") or {}
     if str(data.get("reason") or "").startswith(EVALUATOR_FAULT) or "startup" in (
         sandbox.get("status"),
@@ -538,7 +551,7 @@ def parse_outcome(data: object) -> Outcome:
         raise MalformedResult(f"unknown keys {sorted(unknown)[:5]}")
     if not isinstance(data.get("passed"), bool) or data.get("stage") not in WORKER_STAGES:
         raise MalformedResult("passed/stage missing or of the wrong type")
-    if data.get("fault", "candidate") != "candidate":
+    if data.get("fault") not in (None, "candidate"):
         raise MalformedResult("a worker cannot declare an evaluator fault")
     for key in ("reason", "fingerprint", "duplicate_of"):
         if data.get(key) is not None and not isinstance(data[key], str):

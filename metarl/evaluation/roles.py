@@ -152,3 +152,39 @@ def rate_scores(rows: Sequence[Mapping], grid: Sequence[float]) -> list[float | 
                 sums[position] += float(np.mean(values))
                 counts[position] += 1
     return [total / count if count else None for total, count in zip(sums, counts)]
+
+
+MIN_IDENTICAL = 4  # shared per-seed returns two candidates must agree on to be one behaviour
+
+
+def identical_returns(rows_a: Sequence[Mapping], rows_b: Sequence[Mapping]) -> int:
+    """How many per-seed returns two candidates share, when every shared one is bit-identical.
+
+    A run of an env is comparable between two candidates only when both trained it at the
+    same learning rate on the same seeds in the same order (a seed's return depends on its
+    batch layout): such pairs are compared return by return. Two programs that differ in
+    source yet return exactly the same on every such run (a constant changed where training
+    never reaches) are one behaviour: a race between them can only end in a tie.
+
+    Args:
+        rows_a, rows_b: decoded `evaluations` rows of two candidates (env, lr, seeds, returns).
+
+    Returns:
+        The number of returns compared, or 0 when any comparable pair differs (or none
+        exists). Callers ask for at least MIN_IDENTICAL, so that one saturated env (every
+        seed at CartPole's 500) is not taken for sameness.
+    """
+
+    def runs(rows: Sequence[Mapping]) -> dict[tuple, list[float]]:
+        return {
+            (row["env"], row.get("lr"), tuple(int(s) for s in row["seeds"] or ())): [
+                float(r) for r in row["returns"] or ()
+            ]
+            for row in rows
+        }
+
+    a, b = runs(rows_a), runs(rows_b)
+    shared = a.keys() & b.keys()
+    if any(a[key] != b[key] for key in shared):
+        return 0
+    return sum(len(a[key]) for key in shared)

@@ -15,7 +15,6 @@ from metarl.evaluation.baseline_cache import compilation_cache_dir
 from metarl.evaluation.seeds import check_values
 from metarl.rl.configs import PPOConfig
 from metarl.rl.lr_sweep import parse_sweep
-from metarl.rl.suites import get_suite
 
 # how a swept env's per-rate scores become its score: DiscoBench's best rate, or the mean
 LR_AGGREGATIONS = ("best", "mean")
@@ -215,6 +214,10 @@ def plan_runs(settings: CascadeSettings) -> list[PlannedRun]:
     With a learning-rate sweep every full run is one segment per rate (one program: the rate
     is a vmapped axis), and the short run is the row at the rate nearest the env's tuned one.
     """
+    # lazy: the suites draw their environments with numpy at import; `metarl --help` reads
+    # this module's defaults
+    from metarl.rl.suites import get_suite
+
     suite = get_suite(settings.suite)
     chosen = settings.envs
 
@@ -265,15 +268,24 @@ def validate(settings: CascadeSettings) -> None:
         UnknownSuite: the suite does not exist.
         ValueError: envs outside the suite, or fewer than one training seed.
     """
+    from metarl.rl.suites import get_suite  # lazy: as in plan_runs
+
     suite = get_suite(settings.suite)  # UnknownSuite, a KeyError with a readable message
     if settings.envs is not None:
         unknown = [e for e in settings.envs if e not in suite.all_envs]
-        if unknown or not [e for e in settings.envs if e in suite.envs]:
+        known = (
+            f"training: {', '.join(suite.envs)}; validation: "
+            f"{', '.join(suite.validation) or 'none'}; test: {', '.join(suite.heldout) or 'none'}"
+        )
+        if unknown:
+            raise ValueError(
+                f"unknown environment {', '.join(map(repr, unknown))} for suite "
+                f"{suite.name!r} (its envs, {known})"
+            )
+        if not [e for e in settings.envs if e in suite.envs]:
             raise ValueError(
                 f"envs {settings.envs} must include a training env of suite {suite.name!r} "
-                f"({', '.join(suite.envs)}) and only its envs (validation: "
-                f"{', '.join(suite.validation) or 'none'}; test: "
-                f"{', '.join(suite.heldout) or 'none'})"
+                f"({known})"
             )
     if settings.train_envs:
         from metarl.rl.environments import split_variant  # lazy: gymnax, only when needed

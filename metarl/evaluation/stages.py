@@ -419,7 +419,7 @@ def evaluate_artifacts(
         alive = _train_group(task, group, alive, settings, references, report, platform, isolate)
     for candidate in alive:
         outcome = candidate.outcome
-        outcome.passed, outcome.stage = True, "full"
+        outcome.passed, outcome.stage, outcome.fault = True, "full", None
         score_roles(outcome, settings.lr_aggregation)
     return outcomes
 

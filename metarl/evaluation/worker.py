@@ -289,8 +289,11 @@ def main(argv: list[str] | None = None) -> None:
     # lazy: as above. metarl sets XLA_FLAGS, read when the backend initialises (just below);
     # then the task registry and probing helpers every job needs
     import metarl  # noqa: F401
-    import metarl.tasks  # noqa: F401
     import metarl.tasks.probing  # noqa: F401
+    from metarl.tasks import get_task, task_names
+
+    for name in task_names():  # the registry imports a task's package on first use only
+        get_task(name)
 
     cache = os.environ.get("METARL_XLA_CACHE")
     if cache and args.role == "trainer":  # a tracer never gets one (sandbox.py)

@@ -206,7 +206,7 @@ def _verdict(proposal: ArchivedProposal) -> Outcome:
         stage=stage,
         reason=proposal.reason,
         fitness=proposal.fitness,
-        fault="evaluator" if proposal.status == "fault" else "candidate",
+        fault="evaluator" if proposal.status == "fault" else None,
     )
 
 

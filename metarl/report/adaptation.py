@@ -40,7 +40,7 @@ from plotly.subplots import make_subplots
 
 from metarl.archives.store import Archive
 from metarl.report.figures import BASELINE_COLOUR, PALETTE, _layout
-from metarl.report.story import RunStory, best_of
+from metarl.report.story import RunStory
 
 logger = logging.getLogger(__name__)
 
@@ -165,7 +165,7 @@ def adaptation_curves(archive: Archive, story: RunStory) -> list[AdaptationCurve
     Returns:
         The curves, grouped by candidate; [] when neither has one.
     """
-    best = best_of({"best_id": story.header.best_id}, story.incumbent)
+    best = story.header.best_id  # the run's incumbent (`queries.run_incumbent`)
     baseline = next((c.id for c in story.curves if c.is_baseline), None)
     names = {c.id: c.name for c in story.curves} | {r.id: r.name for r in story.top}
     if not best:

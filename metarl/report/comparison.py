@@ -12,12 +12,13 @@ from metarl.archives.queries import (
     Setting,
     leaderboard,
     reference_setting,
+    run_incumbents,
     run_protocols,
 )
 from metarl.archives.report_rows import run_points
 from metarl.archives.store import Archive
 from metarl.report.generalisation import Generalisation, generalisation_of, protocol_label
-from metarl.report.story import best_of, incumbent_of, points_of, setting_of
+from metarl.report.story import points_of, setting_of
 
 
 @dataclass
@@ -28,7 +29,9 @@ class RunComparison:
     method: str
     proposer: str
     status: str
-    proposals: int  # candidates proposed (seed programs not counted)
+    proposals: int  # children: candidates proposed (seed programs not counted)
+    # the best child's score (confirmed, else train), its interval and test score: sample
+    # efficiency, not the run's incumbent (`incumbent`: validation races may decide that)
     best: float | None
     best_ci: list[float] | None
     best_heldout: float | None
@@ -38,6 +41,7 @@ class RunComparison:
     to_beat_ci: int | None  # ... with the 95% interval's lower end above 1
     best_so_far: list[float | None]  # after each proposal
     protocol: str = ""  # the run's evaluation protocol ("unrecorded" for older runs)
+    incumbent: str | None = None  # the run's incumbent (`queries.run_incumbents`)
 
 
 @dataclass
@@ -64,13 +68,14 @@ def compare_runs(archive: Archive, run_ids: list[str], limit: int) -> Comparison
     """
     runs, gaps = [], []
     protocols = run_protocols(archive, run_ids)
+    incumbents = run_incumbents(archive, run_ids)
     for run_id in run_ids:
         run = archive.get_run(run_id)
         rows = run_points(archive, run_id)
         every = points_of(rows)
         points = [p for p in every if not p.is_seed]
         protocol = protocol_label(protocols.get(run_id))
-        gaps.append(generalisation_of(rows, run_id, best_of(run, incumbent_of(every)), protocol))
+        gaps.append(generalisation_of(rows, run_id, incumbents.get(run_id), protocol))
         best_so_far, best, best_point = [], None, None
         to_beat = to_beat_ci = None
         for index, point in enumerate(points, 1):
@@ -98,6 +103,7 @@ def compare_runs(archive: Archive, run_ids: list[str], limit: int) -> Comparison
                 to_beat_ci=to_beat_ci,
                 best_so_far=best_so_far,
                 protocol=protocol,
+                incumbent=incumbents.get(run_id),
             )
         )
     reference = reference_setting([r.setting for r in runs if r.setting is not None])

@@ -552,7 +552,8 @@ def grpo_steps(steps: list[dict]) -> go.Figure:
 
 
 def comparison_curves(comparison: Comparison) -> go.Figure:
-    """Every run's best score so far against the number of proposals: sample efficiency."""
+    """Every run's best child's score so far against the number of children: sample
+    efficiency (not the incumbent, which validation races may decide)."""
     fig = go.Figure()
     for index, run in enumerate(comparison.runs):
         name = f"{run.run_id} {run.method}" + (f" ({run.proposer})" if run.proposer else "")
@@ -581,8 +582,8 @@ def comparison_curves(comparison: Comparison) -> go.Figure:
     _whole_ticks(fig, max((len(r.best_so_far) for r in comparison.runs), default=0))
     return _layout(
         fig,
-        "best fitness so far against proposals (dotted: not comparable with the others)",
-        xaxis_title="proposals (candidates scored by the cascade, seed programs not counted)",
+        "best child's score so far against children (dotted: not comparable with the others)",
+        xaxis_title="children (candidates proposed, seed programs not counted)",
         xaxis_tickformat="d",
-        yaxis_title="best normalised fitness",
+        yaxis_title="best child's normalised score",
     )

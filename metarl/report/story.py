@@ -20,11 +20,16 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from metarl.archives.queries import (
+    RACED,
     LeaderRow,
+    RunCounts,
+    RunIncumbent,
     Setting,
     leaderboard,
     lineage,
     reference_setting,
+    run_counts,
+    run_incumbent,
     run_protocols,
     test_column,
 )
@@ -94,14 +99,32 @@ class Point:
         return self.confirmed if self.confirmed is not None else self.fitness
 
 
+# where an incumbent line comes from (`Incumbent.source`), as the page's caption says it
+RECORDED = "recorded"  # the decisions the run recorded (a discovery run's `state.incumbents`)
+RUNNING_BEST = "running best"  # the best score so far: the decisions of a best-score rule
+CURRENT = "current"  # the run's incumbent alone: it recorded no history the page can trust
+INCUMBENT_SOURCES = {
+    RECORDED: "the incumbent selection recorded after the seed programs and after each "
+    "generation that changed it",
+    RUNNING_BEST: "the best score so far (this run's rule: the best train score wins)",
+    CURRENT: "the run's incumbent only (the run did not record when it changed)",
+}
+
+
 @dataclass
 class Incumbent:
-    """The best candidate so far, after each scored candidate that changed it."""
+    """The run's incumbent at each point it changed: a step at `seq[i]` (the last candidate
+    scored when it was decided) to candidate `ids[i]`."""
 
     seq: list[int] = field(default_factory=list)
     score: list[float] = field(default_factory=list)
     heldout: list[float | None] = field(default_factory=list)
     ids: list[str] = field(default_factory=list)
+    source: str = RUNNING_BEST  # RECORDED | RUNNING_BEST | CURRENT
+
+    @property
+    def caption(self) -> str:
+        return INCUMBENT_SOURCES[self.source]
 
 
 @dataclass
@@ -224,9 +247,9 @@ class Header:
     ended_at: str
     wall_s: float | None
     cost_usd: float | None
-    candidates: int
-    best_id: str | None
-    best_fitness: float | None
+    candidates: int  # children (`runs.candidates_count`): what the budget counts
+    best_id: str | None  # the run's incumbent (`queries.run_incumbent`)
+    best_fitness: float | None  # its score (confirmed, else train)
     versions: dict
     device: str
     host: str
@@ -235,6 +258,17 @@ class Header:
     # evaluations saved by rejecting near-duplicates (discovery/novelty.py `summary_line`);
     # "" for runs that do not count them
     near_duplicates: str = ""
+    # what the run archived (children, seed programs, scored) and its incumbent, worded as
+    # `metarl show RUN` and the run summary word them; None where the caller had none
+    counts: RunCounts | None = None
+    incumbent: RunIncumbent | None = None
+
+    @property
+    def llm_cost(self) -> str:
+        """The LLM cost as the page shows it; "" for a run that spent nothing (no LLM)."""
+        if not self.cost_usd:
+            return ""
+        return f"${self.cost_usd:.4f}"
 
 
 @dataclass
@@ -317,8 +351,9 @@ def points_of(rows: list[dict]) -> list[Point]:
 
 def incumbent_of(points: list[Point]) -> Incumbent:
     """The running best score over `points` in proposal order (seed programs included: they
-    are the incumbent a search has to beat)."""
-    out = Incumbent()
+    are the incumbent a search has to beat): the decisions of a best-score rule, which is not
+    every run's (`incumbent_line` says when it is)."""
+    out = Incumbent(source=RUNNING_BEST)
     for point in points:
         score = point.score
         if score is None or (out.score and score <= out.score[-1]):
@@ -328,6 +363,48 @@ def incumbent_of(points: list[Point]) -> Incumbent:
         out.heldout.append(point.heldout)
         out.ids.append(point.id)
     return out
+
+
+def incumbent_line(run: dict, points: list[Point], incumbent: RunIncumbent | None) -> Incumbent:
+    """The fitness plot's incumbent line: what selection decided, never re-derived from scores
+    a rule did not use.
+
+    Args:
+        run: the run's row (its `state.incumbents`: a discovery run's recorded decisions).
+        points: its candidates (`points_of`).
+        incumbent: its incumbent (`queries.run_incumbent`): where every line ends.
+
+    Returns:
+        The recorded decisions, each at the last candidate scored when it was made, when they
+        end at `incumbent`; else, for a run whose rule is the best train score (no validation
+        races), the running best score (`incumbent_of`) when it ends there; else `incumbent`
+        alone, from the candidate's own place. Empty without an incumbent.
+    """
+    if incumbent is None:
+        return Incumbent(source=CURRENT)
+    by_id = {p.id: p for p in points}
+    state = run.get("state")
+    history = state.get("incumbents") if isinstance(state, dict) else None
+    if history and history[-1].get("id") == incumbent.id:
+        out = Incumbent(source=RECORDED)
+        for step in history:
+            point = by_id.get(step.get("id"))
+            if point is None or point.score is None:
+                break
+            out.seq.append(int(step.get("seq", point.seq)))
+            out.score.append(point.score)
+            out.heldout.append(point.heldout)
+            out.ids.append(point.id)
+        else:
+            return out
+    if incumbent.decided_by != RACED:
+        running = incumbent_of(points)
+        if running.ids and running.ids[-1] == incumbent.id:
+            return running
+    point = by_id.get(incumbent.id)
+    if point is None or point.score is None:
+        return Incumbent(source=CURRENT)
+    return Incumbent([point.seq], [point.score], [point.heldout], [point.id], source=CURRENT)
 
 
 def funnel_of(points: list[Point], reasons: int) -> Funnel:
@@ -539,7 +616,14 @@ def setting_of(points: list[dict]) -> Setting | None:
     return reference_setting(settings)
 
 
-def header_of(run: dict, setting: Setting | None, protocol: str | None = None) -> Header:
+def header_of(
+    run: dict,
+    setting: Setting | None,
+    protocol: str | None = None,
+    *,
+    counts: RunCounts | None = None,
+    incumbent: RunIncumbent | None = None,
+) -> Header:
     """The page's header of a run.
 
     Args:
@@ -547,6 +631,8 @@ def header_of(run: dict, setting: Setting | None, protocol: str | None = None) -
         setting: the setting most of its candidates were scored at.
         protocol: its protocol label (`queries.run_protocols`); None or "": the runs column,
             else its config's "protocol", else "unrecorded".
+        counts: its children, seed programs and scored candidates (`queries.run_counts`).
+        incumbent: its incumbent (`queries.run_incumbent`); without one, the run's row's.
 
     Returns:
         The Header.
@@ -582,15 +668,17 @@ def header_of(run: dict, setting: Setting | None, protocol: str | None = None) -
         ended_at=run.get("ended_at") or "",
         wall_s=run.get("elapsed_s"),
         cost_usd=run.get("cost_usd"),
-        candidates=run.get("candidates_count") or 0,
-        best_id=run.get("best_id"),
-        best_fitness=run.get("best_fitness"),
+        candidates=counts.children if counts else run.get("candidates_count") or 0,
+        best_id=incumbent.id if incumbent else run.get("best_id"),
+        best_fitness=incumbent.score if incumbent else run.get("best_fitness"),
         versions=run.get("versions") or {},
         device=run.get("device") or "",
         host=run.get("host") or "",
         config=config,
         protocol=protocol_label(protocol or run.get("protocol") or config.get("protocol")),
         near_duplicates=summary_line(state if isinstance(state, dict) else None, config),
+        counts=counts,
+        incumbent=incumbent,
     )
 
 
@@ -641,8 +729,9 @@ def run_story(archive: Archive, run_id: str, settings: ReportSettings) -> RunSto
             "archive, so its learning curves are not drawn"
         )
     curve_ids = ([baseline] if baseline else []) + [r.id for r in top if r.id != baseline]
-    incumbent = incumbent_of(points)
-    best = best_of(run, incumbent)
+    chosen = run_incumbent(archive, run_id)  # the one the header, the CLI and the board name
+    incumbent = incumbent_line(run, points, chosen)
+    best = chosen.id if chosen else None
     levels_of = best if task == LPG_TASK and best else None
     evaluations = full_evaluations(
         archive, curve_ids + ([levels_of] if levels_of and levels_of not in curve_ids else [])
@@ -680,7 +769,13 @@ def run_story(archive: Archive, run_id: str, settings: ReportSettings) -> RunSto
         name = names.get(levels_of) or programs.get(levels_of, {}).get("name") or ""
         every = curves_of(levels_of, name, evaluations[levels_of], False)
         heldout_levels = Curves(every.id, every.name, False, [e for e in every.envs if e.heldout])
-    header = header_of(run, setting_of(rows), run_protocols(archive, [run_id]).get(run_id))
+    header = header_of(
+        run,
+        setting_of(rows),
+        run_protocols(archive, [run_id]).get(run_id),
+        counts=run_counts(archive, run_id),
+        incumbent=chosen,
+    )
     return RunStory(
         header=header,
         points=points,
@@ -705,17 +800,3 @@ def run_story(archive: Archive, run_id: str, settings: ReportSettings) -> RunSto
         heldout_levels=heldout_levels,
         reference=REFERENCES.get(task, "PPO"),
     )
-
-
-def best_of(run: dict, incumbent: Incumbent) -> str | None:
-    """The run's incumbent as the report highlights it: the run's recorded best (`best_id`:
-    what selection chose), else the last step of its best score so far.
-
-    Args:
-        run: the run's row.
-        incumbent: its best score so far over its candidates (`incumbent_of`).
-
-    Returns:
-        The candidate's id, or None when the run has neither.
-    """
-    return run.get("best_id") or (incumbent.ids[-1] if incumbent.ids else None)

@@ -18,8 +18,6 @@ a number fails loudly instead of silently scoring under another protocol.
 
 from __future__ import annotations
 
-import numpy as np
-
 # datasets/MinAtar/{Breakout,Freeway,Asterix,SpaceInvaders}/config.py, verbatim
 DISCOGEN_MINATAR_CONFIG = {
     "LR": 1e-3,
@@ -52,11 +50,12 @@ DISCOBENCH_SEEDS = 8
 DISCOBENCH_EVAL_EPISODES = 16
 
 # main.py's `jnp.linspace(config["LR"], config["LR"] * 10, 10)`, in float64 (DiscoGen's are
-# float32; a swept rate is cast to float32 in training, within an ulp of DiscoGen's)
-DISCOBENCH_RATES: tuple[float, ...] = tuple(
-    float(lr)
-    for lr in np.linspace(DISCOGEN_MINATAR_CONFIG["LR"], 10 * DISCOGEN_MINATAR_CONFIG["LR"], 10)
-)
+# float32; a swept rate is cast to float32 in training, within an ulp of DiscoGen's). Computed
+# as numpy.linspace computes it (start + i * step, the last rate exactly the stop) without
+# importing numpy: the protocols read this module, and `metarl discover --help` the protocols.
+_LOW, _HIGH = DISCOGEN_MINATAR_CONFIG["LR"], 10 * DISCOGEN_MINATAR_CONFIG["LR"]
+_STEP = (_HIGH - _LOW) / 9
+DISCOBENCH_RATES: tuple[float, ...] = (*(_LOW + i * _STEP for i in range(9)), _HIGH)
 
 _C = DISCOGEN_MINATAR_CONFIG
 # the same config as PPOConfig fields (rl/configs.py); the network and optimizer facts come from

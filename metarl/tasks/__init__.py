@@ -1,11 +1,25 @@
-"""The registry of discoverable components. Each task lives in its own sub-package."""
+"""The registry of discoverable components. Each task lives in its own sub-package.
+
+The registry names each task and the sub-package whose `TASK` defines it. A task's package
+(and with it jax) is imported only when `get_task` asks for it, so listing the names is cheap:
+`metarl --help` and the commands' option help read them without importing jax.
+"""
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING
+
 from metarl.errors import USAGE, MetarlError
-from metarl.tasks.base import SeedProgram, Task
-from metarl.tasks.drift import TASK as drift
-from metarl.tasks.optimizer import TASK as optimizer
+
+if TYPE_CHECKING:
+    from metarl.tasks.base import SeedProgram, Task
+
+# task name -> the sub-package whose TASK it is, in the order the names are listed
+_PACKAGES = {
+    "drift": "metarl.tasks.drift",
+    "optimizer": "metarl.tasks.optimizer",
+}
 
 
 class UnknownTask(MetarlError, KeyError):
@@ -14,20 +28,24 @@ class UnknownTask(MetarlError, KeyError):
     exit_code = USAGE
 
 
-def _registry() -> dict[str, Task]:
-
-    return {task.name: task for task in (drift, optimizer)}
-
-
 def task_names() -> list[str]:
-    return list(_registry())
+    return list(_PACKAGES)
 
 
 def get_task(name: str) -> Task:
-    tasks = _registry()
-    if name not in tasks:
-        raise UnknownTask(f"unknown task {name!r}; choose one of: {', '.join(tasks)}")
-    return tasks[name]
+    if name not in _PACKAGES:
+        raise UnknownTask(f"unknown task {name!r}; choose one of: {', '.join(_PACKAGES)}")
+    return importlib.import_module(_PACKAGES[name]).TASK
+
+
+def __getattr__(name: str):
+    """`Task` and `SeedProgram`, from `metarl.tasks.base` (which imports jax) on first use."""
+    if name in ("SeedProgram", "Task"):
+        # lazy: base imports jax; the registry's names are read without it (`metarl --help`)
+        from metarl.tasks import base
+
+        return getattr(base, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = ["SeedProgram", "Task", "UnknownTask", "get_task", "task_names"]

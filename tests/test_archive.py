@@ -13,7 +13,8 @@ import textwrap
 import pytest
 
 from metarl.archives import SCHEMA_VERSION, Archive, ArchiveError
-from metarl.archives.queries import export_csv, export_json, leaderboard, lineage, run_summary
+from metarl.archives.incumbents import run_summary
+from metarl.archives.queries import export_csv, export_json, leaderboard, lineage
 from metarl.archives.store import decode_outcome
 from metarl.evaluation.outcome import EnvScore, Outcome
 

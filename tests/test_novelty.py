@@ -20,7 +20,8 @@ import pytest
 from llm_server import ScriptedLLMServer
 
 from metarl.archives import Archive
-from metarl.archives.queries import leaderboard, run_summary
+from metarl.archives.incumbents import run_summary
+from metarl.archives.queries import leaderboard
 from metarl.cli.console import console
 from metarl.cli.progress import print_run_report
 from metarl.discovery.config import ConfigError, DiscoverConfig

@@ -1,6 +1,6 @@
 """One story in every view: `metarl show RUN`, the leaderboard, the run summary printed after
 `metarl discover` and the HTML report count a run's candidates with the same words and name
-the same incumbent (`metarl.archives.queries.run_incumbent`).
+the same incumbent (`metarl.archives.incumbents.run_incumbent`).
 
 The run is in-process, with the role-aware fake evaluator (tests/role_evaluator.py): every
 child beats the seed programs on the training envs but is worse on validation
@@ -19,7 +19,8 @@ from report_pages import rows, sections
 from role_evaluator import RoleEvaluator
 
 from metarl.archives import Archive
-from metarl.archives.queries import leaderboard, run_counts, run_incumbent, run_summary
+from metarl.archives.incumbents import run_counts, run_incumbent, run_summary
+from metarl.archives.queries import leaderboard
 from metarl.cli.console import console
 from metarl.cli.progress import print_run_report
 from metarl.discovery.config import DiscoverConfig

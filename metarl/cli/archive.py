@@ -136,7 +136,7 @@ def show(
       metarl show r2
     """
     from metarl.archives.external import external_evaluations  # lazy: as `_open`
-    from metarl.archives.queries import run_counts, run_incumbent  # lazy: as `_open`
+    from metarl.archives.incumbents import run_counts, run_incumbent  # lazy: as `_open`
     from metarl.archives.runs import listed_runs  # lazy: sqlite_utils, as `_open`
 
     with _open(archive) as store:
@@ -191,7 +191,7 @@ def runs(archive: str = archive_option()) -> None:
 
       metarl runs --archive results/metarl.db
     """
-    from metarl.archives.queries import run_incumbent  # lazy: as `_open`
+    from metarl.archives.incumbents import run_incumbent  # lazy: as `_open`
     from metarl.archives.runs import listed_runs  # lazy: sqlite_utils, as `_open`
 
     with _open(archive) as store:

@@ -60,7 +60,7 @@ def incumbent_text(incumbent) -> str:
     why it is the incumbent; "none yet (nothing scored)" without one.
 
     Args:
-        incumbent: a `metarl.archives.queries.RunIncumbent`, or None.
+        incumbent: a `metarl.archives.incumbents.RunIncumbent`, or None.
     """
     if incumbent is None:
         return "none yet (nothing scored)"
@@ -171,7 +171,7 @@ def runs_table(runs: list[dict], archive_path: str) -> Table:
 
     Args:
         runs: `Archive.runs()` rows (with their `shown_status`, and where the caller read
-            them, `incumbent` and `incumbent_score`: `metarl.archives.queries.run_incumbent`).
+            them, `incumbent` and `incumbent_score`: `metarl.archives.incumbents.run_incumbent`).
         archive_path: the archive, for the title and the logs' folder.
 
     Returns:
@@ -231,8 +231,8 @@ def run_details(run: dict, log: Path, counts=None, incumbent=None) -> Grid:
         run: an `Archive.runs()` row (with its `shown_status`).
         log: where the run's log is.
         counts: its children, seed programs and scored candidates
-            (`metarl.archives.queries.run_counts`); None: the row's children count.
-        incumbent: its incumbent (`metarl.archives.queries.run_incumbent`); None: none yet.
+            (`metarl.archives.incumbents.run_counts`); None: the row's children count.
+        incumbent: its incumbent (`metarl.archives.incumbents.run_incumbent`); None: none yet.
 
     Returns:
         The grid.

@@ -469,7 +469,8 @@ def run_discovery(
         report: write the run's HTML report at the end; without it, say how to.
     """
     # lazy: the loop imports jax; `metarl --help` and the archive commands stay fast
-    from metarl.archives.queries import leaderboard, run_summary
+    from metarl.archives.incumbents import run_summary
+    from metarl.archives.queries import leaderboard
     from metarl.archives.store import Archive
     from metarl.discovery.loop import DiscoveryLoop
     from metarl.discovery.novelty import summary_line

@@ -219,7 +219,7 @@ def print_run_report(
 
     Args:
         result: the loop's result (run_id, status, reason, candidates, best_id, best_fitness).
-        board: the run's leaderboard; summary: `metarl.archives.queries.run_summary` (its
+        board: the run's leaderboard; summary: `metarl.archives.incumbents.run_summary` (its
             counts and incumbent, worded as `metarl show RUN` and the report word them).
         elapsed: this invocation's wall time; budget: the run's candidate budget.
         archive_hint: " --archive PATH" for the follow-up commands, or "".

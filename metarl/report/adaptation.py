@@ -165,7 +165,7 @@ def adaptation_curves(archive: Archive, story: RunStory) -> list[AdaptationCurve
     Returns:
         The curves, grouped by candidate; [] when neither has one.
     """
-    best = story.header.best_id  # the run's incumbent (`queries.run_incumbent`)
+    best = story.header.best_id  # the run's incumbent (`incumbents.run_incumbent`)
     baseline = next((c.id for c in story.curves if c.is_baseline), None)
     names = {c.id: c.name for c in story.curves} | {r.id: r.name for r in story.top}
     if not best:

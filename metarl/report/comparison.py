@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from metarl.archives.incumbents import run_incumbents
 from metarl.archives.queries import (
     LeaderRow,
     Setting,
     leaderboard,
     reference_setting,
-    run_incumbents,
     run_protocols,
 )
 from metarl.archives.report_rows import run_points
@@ -41,7 +41,7 @@ class RunComparison:
     to_beat_ci: int | None  # ... with the 95% interval's lower end above 1
     best_so_far: list[float | None]  # after each proposal
     protocol: str = ""  # the run's evaluation protocol ("unrecorded" for older runs)
-    incumbent: str | None = None  # the run's incumbent (`queries.run_incumbents`)
+    incumbent: str | None = None  # the run's incumbent (`incumbents.run_incumbents`)
 
 
 @dataclass

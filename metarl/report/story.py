@@ -19,17 +19,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from metarl.archives.incumbents import RACED, RunCounts, RunIncumbent, run_counts, run_incumbent
 from metarl.archives.queries import (
-    RACED,
     LeaderRow,
-    RunCounts,
-    RunIncumbent,
     Setting,
     leaderboard,
     lineage,
     reference_setting,
-    run_counts,
-    run_incumbent,
     run_protocols,
     test_column,
 )
@@ -248,7 +244,7 @@ class Header:
     wall_s: float | None
     cost_usd: float | None
     candidates: int  # children (`runs.candidates_count`): what the budget counts
-    best_id: str | None  # the run's incumbent (`queries.run_incumbent`)
+    best_id: str | None  # the run's incumbent (`incumbents.run_incumbent`)
     best_fitness: float | None  # its score (confirmed, else train)
     versions: dict
     device: str
@@ -372,7 +368,7 @@ def incumbent_line(run: dict, points: list[Point], incumbent: RunIncumbent | Non
     Args:
         run: the run's row (its `state.incumbents`: a discovery run's recorded decisions).
         points: its candidates (`points_of`).
-        incumbent: its incumbent (`queries.run_incumbent`): where every line ends.
+        incumbent: its incumbent (`incumbents.run_incumbent`): where every line ends.
 
     Returns:
         The recorded decisions, each at the last candidate scored when it was made, when they
@@ -631,8 +627,8 @@ def header_of(
         setting: the setting most of its candidates were scored at.
         protocol: its protocol label (`queries.run_protocols`); None or "": the runs column,
             else its config's "protocol", else "unrecorded".
-        counts: its children, seed programs and scored candidates (`queries.run_counts`).
-        incumbent: its incumbent (`queries.run_incumbent`); without one, the run's row's.
+        counts: its children, seed programs and scored candidates (`incumbents.run_counts`).
+        incumbent: its incumbent (`incumbents.run_incumbent`); without one, the run's row's.
 
     Returns:
         The Header.

@@ -39,6 +39,7 @@ whose heartbeat is stale (a reused process id, a hung process) is resumable too.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import socket
 import threading
@@ -65,6 +66,19 @@ RESUME_COMMANDS = {
     "es": "metarl es --resume {run}",
     "grpo": "metarl train-proposer --resume {run}",
 }
+
+RESUME_TIME_S = 1800.0  # what a time-stopped run's "continue with" line adds to its time spent
+
+
+def raised_time_budget(elapsed_s: float) -> str:
+    """The `--max-time` option that lets a run stopped by its wall-time budget go on.
+
+    Budgets count over all of a run's sessions, so resuming with the same (or a fixed) cap
+    would stop again at once; this one is RESUME_TIME_S past the time already spent, in whole
+    minutes.
+    """
+    return f"--max-time {math.ceil((elapsed_s + RESUME_TIME_S) / 60)}m"
+
 
 Clock = Callable[[], datetime]
 # runs whose session block is open in this process, as (archive file, run id): a run whose row

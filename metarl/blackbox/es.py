@@ -420,7 +420,9 @@ class ESRun:
                 self.export(evaluator, es_state)
                 self._save(es_state, rng)
             while self.state.generation < self.config.generations:
-                if self.config.max_time is not None and self.elapsed() >= self.config.max_time:
+                # as in discovery: a wall-time cap applies once one generation is done
+                capped = self.config.max_time is not None and self.state.generation >= 1
+                if capped and self.elapsed() >= self.config.max_time:
                     status, reason = "stopped", f"time budget of {self.config.max_time:g} s spent"
                     break
                 es_state, rng, generation = self.step(fitness_of, es_state, rng, params)

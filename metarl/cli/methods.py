@@ -132,6 +132,7 @@ def es(
     """
     # lazy: the ES imports jax and evosax; `metarl --help` stays fast
     from metarl.archives.queries import leaderboard
+    from metarl.archives.runs import raised_time_budget
     from metarl.archives.store import Archive
     from metarl.blackbox.config import LPG_TASK
     from metarl.blackbox.es import ESRun
@@ -186,7 +187,10 @@ def es(
         if board.rows:
             display.console.print(display.leaderboard_table(board))
         if result.status != "finished":
-            display.say(f"continue with: metarl es --resume {result.run_id}{hint}")
+            raised = ""  # the cap counts over the run's sessions: the same one stops at once
+            if result.status == "stopped" and result.reason.startswith("time budget"):
+                raised = f" {raised_time_budget(run.elapsed())}"
+            display.say(f"continue with: metarl es --resume {result.run_id}{raised}{hint}")
         display.say(f"all methods side by side: metarl leaderboard --all-runs{hint}")
     if result.status == "interrupted":
         raise typer.Exit(130)

@@ -7,13 +7,12 @@ exactly."""
 from __future__ import annotations
 
 import logging
-import math
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
-from metarl.archives.runs import RunSession, RunSpec, open_run
+from metarl.archives.runs import RunSession, RunSpec, open_run, raised_time_budget
 from metarl.archives.store import Archive, ArchiveError
 from metarl.discovery import selection
 from metarl.discovery.config import DiscoverConfig
@@ -33,9 +32,6 @@ class Stop(Exception):
     def __init__(self, reason: str):
         super().__init__(reason)
         self.reason = reason
-
-
-RESUME_TIME_S = 1800.0  # what a time-stopped run's "continue with" hint adds to the time spent
 
 
 @dataclass
@@ -162,13 +158,12 @@ class RunBook:
     def resume_options(self, status: str, reason: str) -> str:
         """The options that let `metarl resume` go on after this session ended with `status`
         for `reason`: a spent budget raised past what was spent (the time budget by
-        RESUME_TIME_S, in whole minutes; the cost budget doubled), else none."""
+        `raised_time_budget`; the cost budget doubled), else none."""
         cfg = self.config
         if status != "stopped":
             return ""
         if cfg.max_time is not None and reason.startswith("time budget"):
-            minutes = math.ceil((self.elapsed() + RESUME_TIME_S) / 60)
-            return f"--max-time {minutes}m"
+            return raised_time_budget(self.elapsed())
         if cfg.max_cost is not None and reason.startswith("cost budget"):
             return f"--max-cost {max(2 * cfg.max_cost, self.state.cost_usd + 1):g}"
         return ""

@@ -102,7 +102,7 @@ def discover(
         None, "--resume", help="Continue run RUN exactly where it stopped."
     ),
     max_time: Optional[str] = typer.Option(
-        None, "--max-time", help="Wall-time budget: 600, 10m, 1h, none."
+        None, "--max-time", help="Wall-time cap (none by default; after generation 1): 10m, 1h."
     ),
     max_cost: Optional[float] = typer.Option(None, "--max-cost", help="LLM cost budget in USD."),
     seeds: Optional[int] = typer.Option(None, "--seeds", help="Training seeds per evaluation."),
@@ -208,37 +208,21 @@ def discover(
     """Run the evolutionary search: propose programs, evaluate them, archive everything.
 
     With no options it runs offline (mutation proposer) on the `drift` task and the `classic`
-    suite with a reduced budget that finishes in about 10 minutes on a 2-core CPU, then prints
-    a leaderboard of the discovered candidates next to the seeds.
+    suite at a reduced budget: its seed programs, then 12 children, then a leaderboard of the
+    children next to the seed programs. Budgets count work: `--max-time` caps wall time only
+    when given, and never before the seed programs and one generation are scored.
 
     Examples:
 
       metarl discover
-
-      metarl discover --suite smoke --budget 5
-
+      metarl discover --suite smoke --budget 5 --report
       metarl discover --budget 40 --max-time 1h --workers 2 --rng-seed 1
-
+      metarl discover --proposer llm --model openai/gpt-4o-mini --max-cost 2
       metarl discover --protocol discobench --devices 0,1,2,3   # DiscoBench-style, GPUs
-
-      metarl discover --race-seeds 24   # race would-be incumbents longer on validation
-
-      metarl discover --lr-sweep 3 --lr-aggregation mean   # robust to the learning rate
-
       metarl discover --suite grid-small --curriculum groove   # levels drawn by regret
       metarl discover --task optimizer --suite pendulum-tasks --meta maml   # adapts faster
-
       metarl discover --executor ray --ray-address 10.0.0.5:6379 --workers 8
-
-      metarl discover --suite smoke --budget 5 --report
-
-      metarl discover --suite smoke --budget 5 --seed-values 0,1   # pinned training seeds
-
-      metarl discover --proposer llm --model openai/gpt-4o-mini --max-cost 2
-
       metarl discover --config discover.toml
-
-      metarl discover --resume r3 --budget 60
     """
     log_to_stderr(verbose)
     duration = parse_duration(max_time)

@@ -200,7 +200,7 @@ def discogen_minatar_configs(python: str) -> dict[str, dict]:
     return configs
 
 
-@pytest.mark.slow
+@pytest.mark.harness
 @needs_runtime
 def test_our_constants_are_the_configs_of_the_installed_discogen():
     configs = discogen_minatar_configs(discogen_python())

@@ -281,7 +281,7 @@ def run_main(root: Path, python: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.slow
+@pytest.mark.harness
 @needs_runtime
 def test_exported_ppo_clip_gives_discogens_base_numbers_in_discogens_harness(tmp_path):
     """At a tiny config (8 envs x 32 steps x 8 updates, DiscoGen's 8 seeds x 10 rates), the
@@ -304,7 +304,7 @@ def test_exported_ppo_clip_gives_discogens_base_numbers_in_discogens_harness(tmp
     assert our_scores["return_std"] == pytest.approx(base_scores["return_std"], abs=1e-6)
 
 
-@pytest.mark.slow
+@pytest.mark.harness
 @needs_runtime
 def test_export_command_writes_the_test_side_around_the_candidate(tmp_path):
     python = discogen_python()
@@ -355,7 +355,7 @@ def test_harness_options_are_checked_before_anything_runs(args, message):
     assert message in result.stderr and result.stderr.strip().count("\n") == 0
 
 
-@pytest.mark.slow
+@pytest.mark.harness
 @needs_runtime
 def test_ppo_clip_in_discogens_harness_scores_one_against_discogens_base(tmp_path):
     """In the sandbox, at a tiny config: the PPO-clip drift's numbers are the base's."""
@@ -380,7 +380,7 @@ def test_ppo_clip_in_discogens_harness_scores_one_against_discogens_base(tmp_pat
     assert outcome["protocol"]["config"] == TINY and outcome["protocol"]["side"] == "train"
 
 
-@pytest.mark.slow
+@pytest.mark.harness
 @needs_runtime
 def test_a_drift_that_never_finishes_is_stopped_by_the_stage_limit(tmp_path):
     """A drift that passes the static check and loops for ~forever inside the jitted update:

@@ -270,7 +270,7 @@ def test_export_help_names_the_sandboxed_next_step():
 # the runtime's lookup and skip marker: tests/test_discogen.py's
 
 
-@pytest.mark.slow
+@pytest.mark.harness
 @needs_runtime
 def test_an_honest_export_prints_the_sandboxed_command(tmp_path):
     out = tmp_path / "task"
@@ -285,7 +285,7 @@ def test_an_honest_export_prints_the_sandboxed_command(tmp_path):
     assert TaskManifest.read(out).refused is None
 
 
-@pytest.mark.slow
+@pytest.mark.harness
 @needs_runtime
 def test_the_override_exports_a_refused_candidate_with_a_warning(tmp_path):
     marker = tmp_path / "marker"

@@ -79,9 +79,9 @@ from metarl.tasks import get_task
 pytestmark = [pytest.mark.timeout(400), pytest.mark.slow]
 
 CORPUS = Path(__file__).parent / "hostile"
-# trace_timeout_s 10 (default 60): the trace-time loops (which burn a core until they are
-# killed) stop sooner; honest tracing takes ~0.5-3 s, and the files whose expect-reason is
-# their own report raise it on the first call, long before
+# trace_timeout_s 30 (default 60): the trace-time loops (which burn a core until they are
+# killed) stop sooner; honest tracing takes 3.5-7 s here alone, more than 10 s with four
+# evaluations on CI's 2 cores (the limit was 10 s until four files ran into it there)
 BASE = dict(
     suite="smoke",
     seeds=1,

@@ -20,16 +20,8 @@ from rich.text import Text
 from metarl.cli.board import fate_text, incumbent_text, leaderboard_table
 from metarl.cli.console import cells, console, say, untrusted
 from metarl.cli.formats import fmt, fmt_seconds
+from metarl.cli.verdict import STAGE_LABELS
 from metarl.evaluation.text import printable
-
-# the cascade's stages as the panel names them (evaluation/cascade.py `evaluate_batch`)
-STAGES = {
-    "static": "static check",
-    "probes": "probes",
-    "baseline": "baseline on its seeds",
-    "short": "short run",
-    "full": "training",
-}
 
 
 class Display:
@@ -104,7 +96,8 @@ class Display:
         elif kind == "submitted":
             self.inflight[data["id"]] = data.get("name") or ""
         elif kind == "stage":
-            self.stages[data["id"]] = (STAGES.get(data["stage"], data["stage"]), time.monotonic())
+            label = STAGE_LABELS.get(data["stage"], data["stage"])
+            self.stages[data["id"]] = (label, time.monotonic())
         elif kind == "candidate":
             self.inflight.pop(data["id"], None)
             self.stages.pop(data["id"], None)

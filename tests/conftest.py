@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
 import os
 import shutil
@@ -64,10 +66,42 @@ TINY_DISCOVER = [
 ]
 
 
+def shared_dir(tmp_path_factory) -> Path:
+    """A folder every worker of this test run shares: METARL_TEST_SHARED when set (`.ci/run`
+    sets it, so that its two passes share it too), else the parent of pytest-xdist's per-worker
+    temp folders (or this session's own temp folder without xdist)."""
+    named = os.environ.get("METARL_TEST_SHARED")
+    if named:
+        path = Path(named)
+    elif os.environ.get("PYTEST_XDIST_WORKER"):
+        path = tmp_path_factory.getbasetemp().parent / "shared"
+    else:
+        path = tmp_path_factory.getbasetemp() / "shared"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@contextlib.contextmanager
+def exclusive(path: Path):
+    """Hold an exclusive lock on `path` (created if missing): one worker builds what the others
+    then read."""
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 @pytest.fixture(scope="session")
 def metarl_cache(tmp_path_factory):
-    """A session-wide METARL_CACHE_DIR: baselines are trained once per test session."""
-    path = tmp_path_factory.mktemp("metarl-cache")
+    """A METARL_CACHE_DIR shared by the test run's workers (and by `.ci/run`'s passes): each
+    baseline is trained and each trainer program compiled once per run, not once per worker.
+    Both caches are safe to share: entries are keyed by content and written by atomic renames
+    (evaluation/baseline_cache.py, evaluation/xla_cache.py). A test that needs a cache of its
+    own (cold, or one nobody else writes to while it is watched) makes one."""
+    path = shared_dir(tmp_path_factory) / "metarl-cache"
+    path.mkdir(exist_ok=True)
     previous = os.environ.get("METARL_CACHE_DIR")
     os.environ["METARL_CACHE_DIR"] = str(path)
     yield path
@@ -114,11 +148,18 @@ def metarl_cli(
 @pytest.fixture(scope="session")
 def seeded_archive_template(tmp_path_factory, metarl_cache) -> Path:
     """An archive in which the drift seeds were evaluated at the TINY_DISCOVER setting (a run
-    with budget 0). Runs in a copy of it reuse those evaluations (seeds are cached per
-    archive), so each test pays only for its own children."""
-    path = tmp_path_factory.mktemp("seeded") / "seeded.db"
-    result = metarl_cli("discover", *TINY_DISCOVER, "--budget", "0", "--archive", str(path))
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    with budget 0), built once per test run (the first worker to need it builds it, the others
+    wait for it). Runs in a copy of it reuse those evaluations (seeds are cached per archive),
+    so each test pays only for its own children."""
+    folder = shared_dir(tmp_path_factory)
+    path = folder / "seeded.db"
+    with exclusive(folder / "seeded.lock"):
+        if not (folder / "seeded.done").exists():
+            for stale in folder.glob("seeded.db*"):  # a half-built one from a killed run
+                stale.unlink()
+            result = metarl_cli("discover", *TINY_DISCOVER, "--budget", "0", "--archive", str(path))
+            assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+            (folder / "seeded.done").touch()
     return path
 
 

@@ -76,7 +76,9 @@ from metarl.evaluation.static_check import check_task_source
 from metarl.tasks import get_task
 
 # the whole corpus through real sandboxes (~2.5 minutes): the slow tier, which CI runs too
-pytestmark = [pytest.mark.timeout(400), pytest.mark.slow]
+# 1500 s: the first parallel file's test also runs the parallel_runs fixture, i.e. the whole
+# parallel corpus (~2.5 min on a quiet 2-core machine; over 400 s on CI's busy 2 cores)
+pytestmark = [pytest.mark.timeout(1500), pytest.mark.slow]
 
 CORPUS = Path(__file__).parent / "hostile"
 # trace_timeout_s 30 (default 60): the trace-time loops (which burn a core until they are
@@ -497,14 +499,24 @@ def _unlink(path) -> None:
 
 
 @pytest.fixture(scope="module")
-def world(metarl_cache, tmp_path_factory):
-    """The world, with the session's baselines trained first (so the cache must not change)."""
+def corpus_cache(tmp_path_factory):
+    """A METARL_CACHE_DIR of the corpus's own: the shared one (tests/conftest.py) is written by
+    the other workers' tests while the world watches this one for changes."""
+    path = tmp_path_factory.mktemp("hostile-cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("METARL_CACHE_DIR", str(path))
+        yield path
+
+
+@pytest.fixture(scope="module")
+def world(corpus_cache, tmp_path_factory):
+    """The world, with the corpus's baselines trained first (so the cache must not change)."""
     with Evaluator(CascadeSettings(**BASE), workers=1, prewarm=False) as evaluator:
         evaluator.references("drift")
         evaluator.references("optimizer")
-    assert list((metarl_cache / "baselines").glob("*.json")), "the baselines were not cached"
+    assert list((corpus_cache / "baselines").glob("*.json")), "the baselines were not cached"
     the_world = World(
-        tmp_path_factory.mktemp("hostile-cwd"), metarl_cache, tmp_path_factory.getbasetemp()
+        tmp_path_factory.mktemp("hostile-cwd"), corpus_cache, tmp_path_factory.getbasetemp()
     )
     with pytest.MonkeyPatch.context() as patch:
         the_world.start()

@@ -8,10 +8,8 @@ conversation bookkeeping; evaluation is always the real cascade.
 from __future__ import annotations
 
 import pytest
-from conftest import TINY_DISCOVER, metarl_cli
 
 from metarl.archives import Archive
-from metarl.archives.queries import leaderboard
 from metarl.discovery.config import DiscoverConfig
 from metarl.discovery.loop import DiscoveryLoop
 from metarl.discovery.proposers.base import LLMCall, Proposal
@@ -74,44 +72,6 @@ class ScriptedProposer:
 
     def restore_messages(self, messages):
         self.restored = messages
-
-
-def test_discover_end_to_end(seeded_archive):
-    """The main job through the CLI: seeds cached, children evaluated, leaderboard printed."""
-    result = metarl_cli(
-        "discover",
-        *TINY_DISCOVER,
-        "--budget",
-        "3",
-        "--children",
-        "3",
-        "--archive",
-        str(seeded_archive),
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert (
-        "leaderboard" in result.stdout and "ppo_clip" in result.stdout and "seed" in result.stdout
-    )
-    assert "Traceback" not in result.stderr
-    with Archive(seeded_archive, must_exist=True) as archive:
-        run = archive.get_run("r2")
-        assert run["status"] == "finished" and run["candidates_count"] == 3
-        assert run["state"]["plan"] is None and run["state"]["generation"] == 1
-        rows = archive.run_candidates("r2")
-        seeds = [r for r in rows if r["is_seed"]]
-        children = [r for r in rows if not r["is_seed"]]
-        assert [s["cached_from"] for s in seeds] == ["r1-0", "r1-1"]  # evaluated once per archive
-        assert len(children) == 3
-        for child in children:
-            assert child["generation"] == 1 and child["parent_ids"]
-            assert set(child["parent_ids"]) <= {r["id"] for r in rows}
-            assert child["status"] == "passed" or (child["stage"] and child["reason"])
-            assert child["versions"]["jax"] and child["device"] and child["eval_key"]
-        board = leaderboard(archive, run_id="r2")
-        assert any(r.is_seed for r in board.rows)
-        assert any(not r.is_seed for r in board.rows), "no discovered candidate on the leaderboard"
-        assert run["best_id"] in {r["id"] for r in rows}
-        assert archive.integrity_check() == "ok"
 
 
 def test_proposer_failures_costs_and_dedup(seeded_archive, metarl_cache):

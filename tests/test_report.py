@@ -1,11 +1,11 @@
 """`metarl report` and `metarl leaderboard --all-runs` on real archives made by short runs.
 
 One archive, three real runs on the smoke suite: the drift seeds evaluated (r1, budget 0, the
-session's seeded archive), a mutation discovery run with `--report` (r2, one training seed), and
-the seeds scored on two training seeds (r3, budget 0: not comparable with r2). The ES and GRPO
-sections are checked where those runs are made (test_es.py, test_grpo_train.py). Every
-check compares a number on the page with the same number read from the archive. The pure parts
-(funnel, incumbent, sampling) are checked on hand-made points.
+session's seeded archive), a mutation discovery run with `--report` (r2, one training seed: the
+main job end to end), and the seeds scored on two training seeds (r3, budget 0: not comparable
+with r2). The ES and GRPO sections are checked where those runs are made (test_es.py,
+test_grpo_train.py). Every check compares a number on the page with the same number read from
+the archive. The pure parts (funnel, incumbent, sampling) are checked on hand-made points.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from conftest import TINY_DISCOVER, invoke
 from PIL import Image
 from report_pages import rows, sections
 
-from metarl.archives.queries import Setting, reference_setting
+from metarl.archives.queries import Setting, leaderboard, reference_setting
 from metarl.archives.store import Archive, outcome_columns
 from metarl.evaluation.outcome import Outcome
 from metarl.report.comparison import compare_runs
@@ -57,6 +57,7 @@ def runs(seeded_archive_template, tmp_path_factory):
     found = metarl(
         folder, "discover", *TINY_DISCOVER, "--budget", "3", "--report", "--archive", str(db)
     )
+    assert "Traceback" not in found.stderr
     metarl(folder, "discover", *TWO_SEEDS, "--budget", "0", "--archive", str(db))
     return folder, db, found.stdout
 
@@ -80,6 +81,32 @@ def test_discover_with_report_writes_the_page_and_prints_its_path(runs):
     assert (folder / "report-r2.html").stat().st_mode & 0o044  # readable by others: to share
     # self-contained: plotly.js is inside, nothing is fetched from anywhere
     assert "Plotly" in text and not re.search(r'<script[^>]+src=|<link[^>]+href="http', text)
+
+
+def test_discover_scores_its_children_and_prints_the_leaderboard(runs):
+    """The main job through the CLI (r2): the seeds reused from the archive, children evaluated
+    and archived with their lineage, the leaderboard printed."""
+    _, db, stdout = runs
+    assert "leaderboard" in stdout and "ppo_clip" in stdout and "seed" in stdout
+    with Archive(db, must_exist=True) as archive:
+        run = archive.get_run("r2")
+        assert run["status"] == "finished" and run["candidates_count"] == 3
+        assert run["state"]["plan"] is None and run["state"]["generation"] == 1
+        rows = archive.run_candidates("r2")
+        seeds = [r for r in rows if r["is_seed"]]
+        children = [r for r in rows if not r["is_seed"]]
+        assert [s["cached_from"] for s in seeds] == ["r1-0", "r1-1"]  # evaluated once per archive
+        assert len(children) == 3
+        for child in children:
+            assert child["generation"] == 1 and child["parent_ids"]
+            assert set(child["parent_ids"]) <= {r["id"] for r in rows}
+            assert child["status"] == "passed" or (child["stage"] and child["reason"])
+            assert child["versions"]["jax"] and child["device"] and child["eval_key"]
+        board = leaderboard(archive, run_id="r2")
+        assert any(r.is_seed for r in board.rows)
+        assert any(not r.is_seed for r in board.rows), "no discovered candidate on the leaderboard"
+        assert run["best_id"] in {r["id"] for r in rows}
+        assert archive.integrity_check() == "ok"
 
 
 def test_a_run_report_has_every_section_of_a_discovery_run(page):

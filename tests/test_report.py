@@ -31,8 +31,9 @@ from metarl.evaluation.outcome import Outcome
 from metarl.report.comparison import compare_runs
 from metarl.report.figures import generalisation_gap, sample
 from metarl.report.page import write_report
+from metarl.report.points import Point, funnel_of, incumbent_of
 from metarl.report.settings import ReportSettings
-from metarl.report.story import Point, funnel_of, incumbent_of, run_story
+from metarl.report.story import run_story
 
 METARL = [sys.executable, "-c", "from metarl.cli.app import main; main()"]
 # r3: the seed programs scored on two training seeds (budget 0): another setting than r2's

@@ -9,8 +9,8 @@ from report_pages import rows, sections
 from metarl.archives.store import Archive
 from metarl.evaluation.outcome import EnvScore, Outcome
 from metarl.report.curriculum import curriculum_buffer, thin
+from metarl.report.levels import curriculum_of, distribution_of
 from metarl.report.page import write_report
-from metarl.report.story import curriculum_of, distribution_of
 
 GRID = distribution_of("grid-small")
 TEST_ENVS = ("Grid-dense", "Grid-sparse", "Catch-bsuite")  # a few of grid-small's test role

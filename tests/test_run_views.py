@@ -28,8 +28,9 @@ from metarl.discovery.loop import DiscoveryLoop
 from metarl.discovery.proposers.mutation import MutationProposer
 from metarl.report.figures import fitness_over_evaluations
 from metarl.report.page import write_report
+from metarl.report.points import RECORDED
 from metarl.report.settings import ReportSettings
-from metarl.report.story import RECORDED, run_story
+from metarl.report.story import run_story
 from metarl.rl.suites import SUITES, Suite
 
 # two seed programs scored first, then one generation of three children

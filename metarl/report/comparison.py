@@ -18,7 +18,7 @@ from metarl.archives.queries import (
 from metarl.archives.report_rows import run_points
 from metarl.archives.store import Archive
 from metarl.report.generalisation import Generalisation, generalisation_of, protocol_label
-from metarl.report.story import points_of, setting_of
+from metarl.report.points import points_of, setting_of
 
 
 @dataclass

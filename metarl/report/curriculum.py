@@ -1,5 +1,5 @@
 """The curriculum's plot: an LPG run's level buffer over its generations, drawn from the story's
-plain data (`story.curriculum_of`), in the style of figures.py (kept apart to keep that file
+plain data (`levels.curriculum_of`), in the style of figures.py (kept apart to keep that file
 short).
 
 Each generation's buffer snapshot (the top levels by score) is a column of markers: y its
@@ -18,7 +18,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from metarl.report.figures import HEIGHT, INCUMBENT_COLOUR, WORSE_COLOUR, _layout
-from metarl.report.story import CurriculumGeneration
+from metarl.report.levels import CurriculumGeneration
 
 REPLAY_COLOUR = "#ff7f0e"
 FRESH_COLOUR = "#9aa5b1"

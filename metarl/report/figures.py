@@ -15,8 +15,10 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from metarl.report.comparison import Comparison
+from metarl.report.curves import Curves
 from metarl.report.generalisation import BASELINE, TEST_SOURCES, GapPoint, Generalisation
-from metarl.report.story import Curves, Funnel, ModelUsage, Point, RunStory
+from metarl.report.points import Funnel, Point
+from metarl.report.story import ModelUsage, RunStory
 
 HEIGHT = 420
 PALETTE = (

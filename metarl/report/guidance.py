@@ -2,7 +2,7 @@
 what failed" notes (discovery/guidance.py) beside how the children proposed under it did, so a
 reader can judge whether rewriting the prompt helped the search.
 
-Kept apart from story.py (whose file is long) as curriculum.py is; the page attaches it to a
+Its own section, as curriculum.py is (story.py tells the run itself); the page attaches it to a
 run only when the run has versions (`guidance_of` returns [] otherwise, and the template leaves
 the section out). The notes quote programs and failure reasons: they are shown as escaped,
 printable text, never as markup.

@@ -1,6 +1,8 @@
 """A run's story: everything a run's report shows, read from the archive into plain data (no
 plotting here), so the numbers a test checks are the numbers drawn (several runs side by side:
-comparison.py).
+comparison.py). Its parts live apart: the candidates' points, incumbent line and funnel in
+points.py, the top candidates' curves in curves.py, an LPG run's curriculum in levels.py; this
+file holds the run's header, its LLM usage and `run_story`, which puts the parts together.
 
 Every method's candidates go through the same cascade, so one story fits them all: the fitness
 of every candidate in proposal order, the incumbent, the funnel of where candidates stopped, the
@@ -12,22 +14,18 @@ from the calls table: an LLM run's tokens, cost and latency.
 
 from __future__ import annotations
 
-import math
 import statistics
-from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from metarl.archives.incumbents import RACED, RunCounts, RunIncumbent, run_counts, run_incumbent
+from metarl.archives.incumbents import RunCounts, RunIncumbent, run_counts, run_incumbent
 from metarl.archives.queries import (
     LeaderRow,
     Setting,
     leaderboard,
     lineage,
-    reference_setting,
     run_protocols,
-    test_column,
 )
 from metarl.archives.report_rows import (
     evaluated_program,
@@ -39,19 +37,26 @@ from metarl.archives.report_rows import (
 from metarl.archives.store import Archive
 from metarl.blackbox.config import LPG_TASK
 from metarl.discovery.novelty import summary_line
-from metarl.errors import MetarlError
-from metarl.evaluation.outcome import EVALUATOR_FAULT, STAGES
 from metarl.evaluation.text import redact_config, redact_secrets
+from metarl.report.curves import Curves, curves_of, quantile
 from metarl.report.generalisation import (
     UNRECORDED,
     Generalisation,
     generalisation_of,
     protocol_label,
 )
+from metarl.report.levels import CurriculumGeneration, curriculum_of, distribution_of
+from metarl.report.points import (
+    Funnel,
+    Incumbent,
+    Point,
+    funnel_of,
+    incumbent_line,
+    points_of,
+    setting_of,
+)
 from metarl.report.programs import Program, program_of
 from metarl.report.settings import ReportSettings
-from metarl.rl.distributions import EnvDistribution
-from metarl.rl.suites import get_suite
 from metarl.tasks import UnknownTask, get_task
 from metarl.tasks.candidate import source_hash
 
@@ -61,116 +66,6 @@ if TYPE_CHECKING:  # annotation only: adaptation.py and models.py import this mo
 
 # what a task's normalised scores are relative to (1.0), as the page says it
 REFERENCES = {LPG_TASK: "the reference (actor-critic)"}
-# how the funnel names the stages a candidate can stop at (evaluation.outcome.STAGES)
-STAGE_LABELS = {
-    "propose": "proposed (a program was extracted)",
-    "dedup": "new (not a repeat of an archived program)",
-    "static": "static check",
-    "probes": "probes",
-    "short": "short run",
-    "full": "full run",
-}
-
-
-@dataclass
-class Point:
-    """One candidate on the fitness plot."""
-
-    id: str
-    seq: int
-    name: str
-    label: str  # the method, and the proposer for discovery: what colours the point
-    status: str
-    stage: str | None
-    reason: str | None
-    fitness: float | None
-    fitness_ci: list[float] | None
-    confirmed: float | None
-    heldout: float | None  # the reported test score: final, else confirmed, else selection
-    is_seed: bool
-
-    @property
-    def score(self) -> float | None:
-        """The number selection compares: the confirmed fitness when there is one."""
-        return self.confirmed if self.confirmed is not None else self.fitness
-
-
-# where an incumbent line comes from (`Incumbent.source`), as the page's caption says it
-RECORDED = "recorded"  # the decisions the run recorded (a discovery run's `state.incumbents`)
-RUNNING_BEST = "running best"  # the best score so far: the decisions of a best-score rule
-CURRENT = "current"  # the run's incumbent alone: it recorded no history the page can trust
-INCUMBENT_SOURCES = {
-    RECORDED: "the incumbent selection recorded after the seed programs and after each "
-    "generation that changed it",
-    RUNNING_BEST: "the best score so far (this run's rule: the best train score wins)",
-    CURRENT: "the run's incumbent only (the run did not record when it changed)",
-}
-
-
-@dataclass
-class Incumbent:
-    """The run's incumbent at each point it changed: a step at `seq[i]` (the last candidate
-    scored when it was decided) to candidate `ids[i]`."""
-
-    seq: list[int] = field(default_factory=list)
-    score: list[float] = field(default_factory=list)
-    heldout: list[float | None] = field(default_factory=list)
-    ids: list[str] = field(default_factory=list)
-    source: str = RUNNING_BEST  # RECORDED | RUNNING_BEST | CURRENT
-
-    @property
-    def caption(self) -> str:
-        return INCUMBENT_SOURCES[self.source]
-
-
-@dataclass
-class EnvCurve:
-    """A candidate's learning curve and score on one environment."""
-
-    env: str
-    heldout: bool
-    steps: list[int]
-    mean: list[float | None]
-    std: list[float | None]  # empty when the archive did not record the seed spread
-    normalised: float | None
-    normalised_ci: list[float] | None
-    seeds: int
-    role: str = ""  # train | validation | test ("" in rows from before roles)
-    final_return: float | None = None  # the mean over seeds of the agents' final return
-    reference_return: float | None = None  # the reference's (the baseline PPO; an LPG's: A2C)
-    random_return: float | None = None  # a uniformly random policy's
-
-    @property
-    def beats_reference(self) -> bool | None:
-        """Whether its final return is above the reference's; None when either is unknown."""
-        if self.final_return is None or self.reference_return is None:
-            return None
-        return self.final_return > self.reference_return
-
-
-@dataclass
-class Curves:
-    id: str
-    name: str
-    is_baseline: bool
-    envs: list[EnvCurve]
-
-
-@dataclass
-class FunnelStage:
-    stage: str
-    label: str
-    entered: int  # candidates that reached this stage
-    stopped: int  # candidates that stopped here
-
-
-@dataclass
-class Funnel:
-    total: int  # proposals (seed programs not counted)
-    passed: int
-    stages: list[FunnelStage]  # the proposals the evaluator judged (its faults not counted)
-    reasons: list[tuple[str, str, int]]  # (stage, reason, count), most common first
-    faults: int = 0  # evaluator faults: proposals whose evaluation says nothing about them
 
 
 @dataclass
@@ -189,39 +84,6 @@ class ModelUsage:
     tokens: list[int]
     latency_s: list[float | None]
     cumulative_cost: list[float | None]
-
-
-@dataclass
-class BufferLevel:
-    """One level of a curriculum's buffer after a generation (the top by score)."""
-
-    seed: int
-    name: str  # its environment name, e.g. Grid-small:level=17
-    score: float | None  # GROOVE: regret; PLR: the reference's positive value loss
-    staleness: int  # levels drawn since it was last drawn or inserted
-    drawn: bool  # drawn (trained on) this generation
-
-
-@dataclass
-class DrawnLevel:
-    """One level trained on in a generation (by an antithetic pair of members)."""
-
-    seed: int
-    name: str
-    lifetime: int | None  # agent updates
-    pair_return: float | None  # the pair's mean return
-    regret: float | None  # the reference's return minus the pair's; None: not measured
-
-
-@dataclass
-class CurriculumGeneration:
-    """What an LPG run's curriculum did in one generation (`state.history`)."""
-
-    generation: int
-    replay: bool  # the levels were replayed from the buffer, else freshly sampled
-    drawn: list[DrawnLevel]
-    buffer: list[BufferLevel]  # the buffer after the generation, top by score (a snapshot)
-    buffer_size: int  # levels in the whole buffer
 
 
 @dataclass
@@ -297,157 +159,6 @@ class RunStory:
     models: ModelsSection | None = None
 
 
-def _label(row: dict) -> str:
-    method = row.get("method") or "discovery"
-    if row.get("is_seed"):
-        return "seed program"
-    proposer = row.get("proposer") or ""
-    return f"{method}: {proposer}" if method == "discovery" and proposer else method
-
-
-def _interval(row: dict, score: str) -> list[float] | None:
-    low, high = row.get(f"{score}_low"), row.get(f"{score}_high")
-    return [low, high] if low is not None and high is not None else None
-
-
-def _test_score(row: dict) -> float | None:
-    """The candidate's reported test score (`queries.test_column`): final, else confirmed,
-    else the one measured with it; None without one."""
-    column, _ = test_column(row)
-    return row[column] if column else None
-
-
-def points_of(rows: list[dict]) -> list[Point]:
-    """The fitness plot's points from `report_rows.run_points` rows.
-
-    Args:
-        rows: the run's rows, in proposal order.
-
-    Returns:
-        One Point per row, in the same order.
-    """
-    return [
-        Point(
-            id=row["id"],
-            seq=row["seq"],
-            name=row["name"] or "",
-            label=_label(row),
-            status=row["status"] or "",
-            stage=row["stage"],
-            reason=row["reason"],
-            fitness=row["fitness"] if row["status"] == "passed" else None,
-            fitness_ci=_interval(row, "fitness"),
-            confirmed=row["confirmed_fitness"],
-            heldout=_test_score(row),
-            is_seed=bool(row["is_seed"]),
-        )
-        for row in rows
-    ]
-
-
-def incumbent_of(points: list[Point]) -> Incumbent:
-    """The running best score over `points` in proposal order (seed programs included: they
-    are the incumbent a search has to beat): the decisions of a best-score rule, which is not
-    every run's (`incumbent_line` says when it is)."""
-    out = Incumbent(source=RUNNING_BEST)
-    for point in points:
-        score = point.score
-        if score is None or (out.score and score <= out.score[-1]):
-            continue
-        out.seq.append(point.seq)
-        out.score.append(score)
-        out.heldout.append(point.heldout)
-        out.ids.append(point.id)
-    return out
-
-
-def incumbent_line(run: dict, points: list[Point], incumbent: RunIncumbent | None) -> Incumbent:
-    """The fitness plot's incumbent line: what selection decided, never re-derived from scores
-    a rule did not use.
-
-    Args:
-        run: the run's row (its `state.incumbents`: a discovery run's recorded decisions).
-        points: its candidates (`points_of`).
-        incumbent: its incumbent (`incumbents.run_incumbent`): where every line ends.
-
-    Returns:
-        The recorded decisions, each at the last candidate scored when it was made, when they
-        end at `incumbent`; else, for a run whose rule is the best train score (no validation
-        races), the running best score (`incumbent_of`) when it ends there; else `incumbent`
-        alone, from the candidate's own place. Empty without an incumbent.
-    """
-    if incumbent is None:
-        return Incumbent(source=CURRENT)
-    by_id = {p.id: p for p in points}
-    state = run.get("state")
-    history = state.get("incumbents") if isinstance(state, dict) else None
-    if history and history[-1].get("id") == incumbent.id:
-        out = Incumbent(source=RECORDED)
-        for step in history:
-            point = by_id.get(step.get("id"))
-            if point is None or point.score is None:
-                break
-            out.seq.append(int(step.get("seq", point.seq)))
-            out.score.append(point.score)
-            out.heldout.append(point.heldout)
-            out.ids.append(point.id)
-        else:
-            return out
-    if incumbent.decided_by != RACED:
-        running = incumbent_of(points)
-        if running.ids and running.ids[-1] == incumbent.id:
-            return running
-    point = by_id.get(incumbent.id)
-    if point is None or point.score is None:
-        return Incumbent(source=CURRENT)
-    return Incumbent([point.seq], [point.score], [point.heldout], [point.id], source=CURRENT)
-
-
-def funnel_of(points: list[Point], reasons: int) -> Funnel:
-    """Where the run's proposals (seed programs excluded) stopped, and the commonest reasons;
-    evaluator faults are counted apart (they stopped nowhere the candidate could answer for).
-
-    Args:
-        points: the run's candidates.
-        reasons: how many of the most common (stage, reason) pairs to keep.
-    """
-    proposals = [p for p in points if not p.is_seed]
-    faults = [p for p in proposals if is_fault(p)]
-    judged = [p for p in proposals if not is_fault(p)]
-    stopped = Counter(p.stage for p in judged if p.status != "passed")
-    entered = len(judged)
-    stages = []
-    for stage in STAGES:
-        stages.append(FunnelStage(stage, STAGE_LABELS[stage], entered, stopped.get(stage, 0)))
-        entered -= stopped.get(stage, 0)
-    why = Counter(
-        ("evaluator fault" if is_fault(p) else p.stage or "?", _first_line(p.reason))
-        for p in proposals
-        if p.status != "passed"
-    )
-    return Funnel(
-        total=len(proposals),
-        passed=sum(p.status == "passed" for p in proposals),
-        stages=stages,
-        reasons=[(stage, reason, n) for (stage, reason), n in why.most_common(reasons)],
-        faults=len(faults),
-    )
-
-
-def is_fault(point: Point) -> bool:
-    """Whether the evaluator, not the candidate, failed (status `fault`; in an archive from
-    before that status, a failure whose reason has the evaluator-error prefix)."""
-    legacy = point.status == "failed" and (point.reason or "").startswith(EVALUATOR_FAULT)
-    return point.status == "fault" or legacy
-
-
-def _first_line(reason: str | None, limit: int = 160) -> str:
-    """A reason's first line, at most `limit` characters; a blank reason says so."""
-    lines = (reason or "").strip().splitlines()
-    line = lines[0] if lines else "no reason recorded"
-    return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
 def _time(stamp: str | None) -> datetime | None:
     try:
         return datetime.fromisoformat(stamp) if stamp else None
@@ -483,7 +194,7 @@ def usage_of(calls: list[dict], started_at: str | None) -> list[ModelUsage]:
                 completion_tokens=sum(r["completion_tokens"] or 0 for r in rows),
                 cost_usd=sum(known) if known else None,
                 latency_median_s=statistics.median(latencies) if latencies else None,
-                latency_p90_s=_quantile(latencies, 0.9),
+                latency_p90_s=quantile(latencies, 0.9),
                 minutes=minutes,
                 tokens=[(r["prompt_tokens"] or 0) + (r["completion_tokens"] or 0) for r in rows],
                 latency_s=[r["latency_s"] for r in rows],
@@ -491,125 +202,6 @@ def usage_of(calls: list[dict], started_at: str | None) -> list[ModelUsage]:
             )
         )
     return out
-
-
-def _quantile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1)]
-
-
-def curves_of(candidate_id: str, name: str, evaluations: list[dict], baseline: bool) -> Curves:
-    """A candidate's full-budget selection curves and returns, training envs first."""
-    envs = [
-        EnvCurve(
-            env=ev["env"],
-            heldout=bool(ev["heldout"]),
-            steps=list(ev["curve_steps"] or []),
-            mean=list(ev["curve"] or []),
-            std=list(ev.get("curve_std") or []),
-            normalised=ev["normalised"],
-            normalised_ci=(
-                [ev["normalised_low"], ev["normalised_high"]]
-                if ev.get("normalised_low") is not None and ev.get("normalised_high") is not None
-                else None
-            ),
-            seeds=len(ev["seeds"] or []),
-            role=ev.get("role") or "",
-            final_return=ev.get("mean"),
-            reference_return=ev.get("baseline_mean"),
-            random_return=ev.get("random_mean"),
-        )
-        for ev in evaluations
-    ]
-    envs.sort(key=lambda e: e.heldout)
-    return Curves(id=candidate_id, name=name, is_baseline=baseline, envs=envs)
-
-
-def distribution_of(suite: str) -> EnvDistribution | None:
-    """The distribution a suite draws its levels from (what names a curriculum's seeds);
-    None for a suite without one, or one this metarl does not know (an older archive's)."""
-    try:
-        return get_suite(suite).distribution
-    except MetarlError:
-        return None
-
-
-def level_name(distribution: EnvDistribution | None, seed: int) -> str:
-    """Level `seed`'s environment name, e.g. `Grid-small:level=17` (`level=17` without a
-    distribution)."""
-    try:
-        return distribution.env(seed) if distribution is not None else f"level={seed}"
-    except ValueError:
-        return f"level={seed}"
-
-
-def _at(values, index: int):
-    """values[index], or None when `values` is not a list that long."""
-    return values[index] if isinstance(values, list) and index < len(values) else None
-
-
-def curriculum_of(
-    history: list[dict], distribution: EnvDistribution | None
-) -> list[CurriculumGeneration]:
-    """An LPG run's curriculum per generation, from its ES history.
-
-    Args:
-        history: `state.history`, one dict per generation; an LPG run's entries carry
-            `replay`, `levels`, `lifetimes`, `returns`, `regret`, `buffer` ([seed, score,
-            staleness], top by score) and `buffer_size` (blackbox/lpg_es.py).
-        distribution: what names the levels (`distribution_of` the run's suite).
-
-    Returns:
-        One CurriculumGeneration per entry with a `buffer`, in order; [] when no entry has a
-        buffered level (another method, a uniform curriculum, an older archive).
-    """
-    out = []
-    for entry in history:
-        buffer = entry.get("buffer")
-        if not isinstance(buffer, list):
-            continue
-        seeds = [int(s) for s in entry.get("levels") or []]
-        drawn = [
-            DrawnLevel(
-                seed=seed,
-                name=level_name(distribution, seed),
-                lifetime=_at(entry.get("lifetimes"), i),
-                pair_return=_at(entry.get("returns"), i),
-                regret=_at(entry.get("regret"), i),
-            )
-            for i, seed in enumerate(seeds)
-        ]
-        out.append(
-            CurriculumGeneration(
-                generation=int(entry.get("generation", len(out) + 1)),
-                replay=bool(entry.get("replay")),
-                drawn=drawn,
-                buffer=[
-                    BufferLevel(
-                        seed=int(seed),
-                        name=level_name(distribution, int(seed)),
-                        score=score,
-                        staleness=int(staleness),
-                        drawn=int(seed) in seeds,
-                    )
-                    for seed, score, staleness in buffer
-                ],
-                buffer_size=int(entry.get("buffer_size") or len(buffer)),
-            )
-        )
-    return out if any(g.buffer for g in out) else []
-
-
-def setting_of(points: list[dict]) -> Setting | None:
-    """The setting most of a run's scored candidates share."""
-    settings = [
-        Setting(r["task"], r["suite"], len(r["seeds"]), r["total_timesteps"])
-        for r in points
-        if r["status"] == "passed"
-    ]
-    return reference_setting(settings)
 
 
 def header_of(

@@ -33,8 +33,9 @@ line of the host's /etc/shadow in the Outcome; (2) no marker file in /tmp, $HOME
 ~/.cache/metarl, the pytest temp dirs or the parent's cwd, and no new file in the cwd; (3) the
 cache and the archive unchanged; (4) no process with `metarl-hostile` in its command line, the
 sacrificial sleep and the test process alive, no connection to the listeners; (5) `expect`
-holds and no fitness >= 3; (6) it took less than timeout_s + 30 s; (7) the reason, the warnings
-and stdout carry no control characters but newlines and tabs; and `evaluate` did not raise.
+holds and no fitness >= 3; (6) it ended within its limits (plus SLACK_S); (7) the reason, the
+warnings and stdout carry no control characters but newlines and tabs; and `evaluate` did not
+raise.
 
 Files with run: parallel go through one Evaluator two at a time (module fixture), the others
 one at a time with a fresh Evaluator each (those whose damage, if any, could not be attributed
@@ -95,6 +96,11 @@ BASE = dict(
     probe_seed=0,
 )
 FITNESS_CEILING = 3.0
+# a file must end within its tracer's and its trainer's limits plus this: a candidate the limits
+# do not stop runs on far past it. The slack is for starting sandboxes on a loaded machine: an
+# honest optimizer file took 109.6 s (limits 30 + 60 s) with the corpus's two evaluations and
+# another process on 2 cores (the limit was timeout_s + 30 s until then)
+SLACK_S = 60.0
 MARKER = "metarl-hostile"
 TAG = re.compile(r"metarl-hostile-(?:marker|sleeper)-([a-z0-9_]+)")
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -619,7 +625,7 @@ def check(world: World, path: Path, run: Run) -> list[str]:
         where = (outcome.sandbox or {}).get(key)
         if where and os.path.exists(where):
             problems.append(f"the sandbox left its temp dir behind: {key} {where}")
-    limit = run.settings.timeout_s + 30.0
+    limit = run.settings.trace_timeout_s + run.settings.timeout_s + SLACK_S
     if run.elapsed >= limit:
         problems.append(f"took {run.elapsed:.1f} s, limit {limit:g} s")
     for name, text in (

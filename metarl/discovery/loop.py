@@ -485,9 +485,12 @@ class DiscoveryLoop:
             }
         )
         names = ", ".join(cids)
-        which = "the incumbent's" if seeds else "fresh"
-        count = len(seeds) if seeds else self.config.confirm_seeds
-        self._emit("status", {"text": f"validating {names} on {count} {which} seeds"})
+        where = (
+            f"the incumbent's {len(seeds)} seeds"
+            if seeds
+            else f"{self.config.confirm_seeds} fresh seeds"
+        )
+        self._emit("status", {"text": f"validating {names} on {where}"})
         outcomes = self.batches.evaluate("confirm", rows, exclude_seeds=seen, seeds=seeds)
         envs = self._validation_envs()
         scored = True

@@ -68,7 +68,7 @@ TINY_DISCOVER = [
 
 def shared_dir(tmp_path_factory) -> Path:
     """A folder every worker of this test run shares: METARL_TEST_SHARED when set (`.ci/run`
-    sets it, so that its two passes share it too), else the parent of pytest-xdist's per-worker
+    sets it, so that its passes share it too), else the parent of pytest-xdist's per-worker
     temp folders (or this session's own temp folder without xdist)."""
     named = os.environ.get("METARL_TEST_SHARED")
     if named:

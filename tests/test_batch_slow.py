@@ -17,7 +17,7 @@ def drift(ratio, advantage, epsilon):
 """
 
 
-# the demo budget (~210 s on CI's 2 cores); pairing across layouts stays in CI (test_seeds)
+# the demo budget (~210 s in .ci/run on 2 cores); pairing across layouts stays in CI (test_seeds)
 @pytest.mark.long
 def test_a_candidate_scores_the_same_alone_and_in_a_batch_at_the_demo_budget():
     lpo = get_task("drift").seed_program("lpo").source

@@ -221,7 +221,7 @@ def test_workers_write_only_cache_entries_outside_their_temp_dir(cache_dir, corp
             assert path.suffix == ".json", path  # whole entries only (atomic writes), no debris
 
 
-@pytest.mark.long  # the classic suite's roles at length (~320 s on CI's 2 cores)
+@pytest.mark.long  # the classic suite's roles at length (~320 s in .ci/run on 2 cores)
 def test_classic_suite_scores_each_role_separately():
     settings = CascadeSettings(
         suite="classic",

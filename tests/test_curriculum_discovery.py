@@ -165,7 +165,7 @@ def test_the_report_shows_a_discovery_runs_level_buffer(tmp_path):
     assert [d.regret for d in last.drawn] == history[-1]["scores"]
 
 
-# a real PLR curriculum (~390 s on CI's 2 cores); PLR's scoring stays in CI (test_lpg_es)
+# a real PLR curriculum (~390 s in .ci/run on 2 cores); PLR's scoring stays in CI (test_lpg_es)
 @pytest.mark.long
 def test_a_real_plr_curriculum_scores_levels_by_the_childrens_own_value_loss(
     tmp_path, metarl_cache

@@ -76,9 +76,9 @@ from metarl.evaluation.cascade import CascadeSettings, Evaluator, evaluate_sourc
 from metarl.evaluation.static_check import check_task_source
 from metarl.tasks import get_task
 
-# the whole corpus through real sandboxes (~2.5 minutes): the slow tier, which CI runs too
-# 1500 s: the first parallel file's test also runs the parallel_runs fixture, i.e. the whole
-# parallel corpus (~2.5 min on a quiet 2-core machine; over 400 s on CI's busy 2 cores)
+# the whole corpus through real sandboxes (7 min 35 s alone on 2 cores): the slow tier, which CI
+# runs in a pass of its own. 1500 s: the first parallel file's test also runs the parallel_runs
+# fixture, i.e. the whole parallel corpus (354 s alone on 2 cores; over 400 s on CI's busy ones)
 pytestmark = [pytest.mark.timeout(1500), pytest.mark.slow]
 
 CORPUS = Path(__file__).parent / "hostile"

@@ -102,7 +102,7 @@ def tiny_grid(monkeypatch):
     monkeypatch.setitem(SUITES, "grid-tiny", suite)
 
 
-# an LPG ES run and its resume (~220 s on CI's 2 cores); ES resume stays in CI (test_es)
+# an LPG ES run and its resume (~220 s in .ci/run on 2 cores); ES resume stays in CI (test_es)
 @pytest.mark.long
 def test_an_lpg_es_run_is_archived_scored_and_resumes_to_the_same_state(tmp_path, tiny_grid):
     """Two generations in one session, or one and a resume: the same curriculum, history and

@@ -119,7 +119,7 @@ def test_evaluate_with_meta_and_a_drift_on_maml_is_one_line(restore_logging):
     assert result.output.strip().startswith("metarl evaluate: error: --meta maml scores")
 
 
-@pytest.mark.long  # RL2 adaptation in the sandbox (~190 s on CI's 2 cores)
+@pytest.mark.long  # RL2 adaptation in the sandbox (~190 s in .ci/run on 2 cores)
 def test_a_drift_is_scored_by_rl2_adaptation_in_the_sandbox_with_its_curves():
     process = metarl_cli(
         "evaluate",

@@ -169,6 +169,6 @@ def test_probe_validity_rate_drift():
     assert _probe_validity("drift", 60) >= 0.6
 
 
-@pytest.mark.long  # ~160 s on CI's 2 cores; the drift task's rate stays in the fast tier
+@pytest.mark.long  # ~160 s in .ci/run on 2 cores; the drift task's rate stays in the fast tier
 def test_probe_validity_rate_optimizer():
     assert _probe_validity("optimizer", 100) >= 0.5

@@ -123,9 +123,10 @@ def test_a_trainer_never_runs_candidate_python():
     assert "a trainer does not run 'sample' jobs" in run.result["payload"]["error"]
 
 
-def test_only_drift_candidates_can_be_sampled(evaluator):
+def test_only_candidates_of_a_distillable_task_can_be_sampled(evaluator):
+    assert get_task("drift").distillable and not get_task("optimizer").distillable
     reason = sample_candidate(get_task("optimizer"), "", 8, 0.2)["reason"]
-    assert "only the drift task can be sampled" in reason
+    assert "the optimizer task cannot be sampled (not distillable)" in reason
     with pytest.raises(ValueError):
         evaluator.sample("", "optimizer")
 

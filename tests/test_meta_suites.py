@@ -21,9 +21,8 @@ from metarl.rl.suites import (
     UnknownSuite,
     get_suite,
     meta_suite_name,
-    meta_task_problem,
 )
-from metarl.tasks import get_task
+from metarl.tasks import get_task, meta_task_problem
 
 DRIFT_SEED = "metarl/tasks/drift/seed_programs/ppo_clip.py"
 
@@ -84,7 +83,7 @@ def test_a_drift_cannot_be_maml_inner_rule_but_can_be_rl2_outer_objective():
     [
         (
             ("discover", "--task", "drift", "--suite", "bandit-tasks", "--meta", "maml"),
-            "metarl discover: error: --meta maml scores an optimizer",
+            "metarl discover: error: --meta maml trains only make_optimizer",
         ),
         (
             ("discover", "--suite", "bandit-tasks"),
@@ -96,7 +95,7 @@ def test_a_drift_cannot_be_maml_inner_rule_but_can_be_rl2_outer_objective():
         ),
         (
             ("es", "--suite", "point-tasks", "--meta", "maml"),
-            "metarl es: error: --meta maml scores an optimizer",
+            "metarl es: error: --meta maml trains only make_optimizer",
         ),
     ],
 )
@@ -116,7 +115,7 @@ def test_evaluate_with_meta_and_a_drift_on_maml_is_one_line(restore_logging):
         "evaluate", DRIFT_SEED, "-t", "drift", "--suite", "bandit-tasks", "--meta", "maml"
     )
     assert result.exit_code == 2
-    assert result.output.strip().startswith("metarl evaluate: error: --meta maml scores")
+    assert result.output.strip().startswith("metarl evaluate: error: --meta maml trains only")
 
 
 @pytest.mark.long  # RL2 adaptation in the sandbox (~190 s in .ci/run on 2 cores)

@@ -9,7 +9,7 @@ from metarl.rl.components import Components, ppo_clip_drift
 from metarl.rl.configs import default_config
 from metarl.rl.ppo import Transition, compute_gae, make_train
 from metarl.rl.training import run_training
-from metarl.tasks import get_task
+from metarl.tasks import get_task, task_names
 from metarl.tasks.candidate import load_function
 
 TINY = default_config("CartPole-v1", total_timesteps=4096, num_log_points=4)
@@ -87,7 +87,9 @@ def test_same_seed_same_returns_different_seed_different(reference_run):
     )
 
 
-@pytest.mark.parametrize("task_name,seed_name", [("drift", "ppo_clip"), ("optimizer", "adam")])
+@pytest.mark.parametrize(
+    "task_name,seed_name", [(name, get_task(name).baseline_name) for name in task_names()]
+)
 def test_baseline_seeds_reproduce_ppo_with_adam_exactly(reference_run, task_name, seed_name):
     task = get_task(task_name)
     components = task.plug(load_function(task.seed_program(seed_name).source, task.function_name))

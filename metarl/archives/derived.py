@@ -24,6 +24,7 @@ from metarl.evaluation.outcome import Outcome
 from metarl.evaluation.settings import CascadeSettings
 from metarl.platform import device_description, evaluation_identity
 from metarl.rl.lpo import DriftSamples
+from metarl.tasks import distillable_tasks
 
 logger = logging.getLogger(__name__)
 
@@ -62,8 +63,11 @@ def load_teacher(archive: Archive, ref: str) -> Teacher:
         ArchiveError: no such candidate, not a drift candidate, or it has no code.
     """
     row = archive.candidate(archive.resolve_candidate(ref))
-    if row.get("task") != "drift":
-        raise ArchiveError(f"candidate {row['id']} is a {row.get('task')} candidate; only drift")
+    if row.get("task") not in distillable_tasks():
+        raise ArchiveError(
+            f"candidate {row['id']} is a {row.get('task')} candidate; only candidates of "
+            f"{', '.join(distillable_tasks())} can be distilled"
+        )
     if not row.get("code"):
         raise ArchiveError(f"candidate {row['id']} has no code to learn from")
     outcome = row.get("outcome") if isinstance(row.get("outcome"), dict) else {}
@@ -254,7 +258,7 @@ def derive(
     with factory(cascade) as evaluator:
         on_status(f"sampling teacher {teacher.id} on a {points}x{points} grid (sandboxed)")
         # a teacher that cannot be sampled is refused before any run exists
-        samples = evaluator.sample(teacher.code, "drift", points, epsilon)
+        samples = evaluator.sample(teacher.code, teacher.task, points, epsilon)
         with open_derived_run(archive, method, teacher, {"teacher": teacher.id, **config}) as run:
             logger.info(
                 "%s of teacher %s: sampled on a %dx%d grid", method, teacher.id, points, points

@@ -174,7 +174,8 @@ def evaluate(
     # stay fast
     from metarl.blackbox.config import LPG_TASK
     from metarl.evaluation.lpg_evaluation import lpg_evaluator
-    from metarl.rl.suites import get_suite, meta_suite_name, meta_task_problem, suite_names
+    from metarl.rl.suites import get_suite, meta_suite_name, suite_names
+    from metarl.tasks import meta_task_problem
 
     if harness not in ("metarl", "discogen"):
         raise UserError(f"unknown harness {harness!r}; choose one of: metarl, discogen")

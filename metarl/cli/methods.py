@@ -137,7 +137,8 @@ def es(
     from metarl.blackbox.config import LPG_TASK
     from metarl.blackbox.es import ESRun
     from metarl.blackbox.lpg_es import LPGRun
-    from metarl.rl.suites import meta_suite_name, meta_task_problem
+    from metarl.rl.suites import meta_suite_name
+    from metarl.tasks import meta_task_problem
 
     log_to_stderr(verbose)
     if meta is not None:

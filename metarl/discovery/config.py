@@ -157,7 +157,8 @@ class DiscoverConfig:
         # lazy: the executors import the sandbox, the suites draw their environments with
         # numpy; `metarl discover --help` reads this module's defaults without them
         from metarl.evaluation.executors import ExecutorSettings
-        from metarl.rl.suites import UnknownSuite, get_suite, meta_task_problem
+        from metarl.rl.suites import UnknownSuite, get_suite
+        from metarl.tasks import meta_task_problem
 
         self = self.with_protocol()
         try:

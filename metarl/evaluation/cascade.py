@@ -461,7 +461,7 @@ class Evaluator:
 
         Args:
             source: the candidate's source (untrusted).
-            task: the task; only "drift" can be sampled.
+            task: the task; only a distillable one (Task.distillable) can be sampled.
             points: grid points per axis (1 to MAX_SAMPLE_POINTS).
             epsilon: the clip range passed to the drift.
 
@@ -470,11 +470,15 @@ class Evaluator:
 
         Raises:
             SampleFailure: the candidate failed the static check or could not be sampled.
-            ValueError: a task other than drift, or points or epsilon out of range.
+            ValueError: a task that is not distillable, or points or epsilon out of range.
         """
         task_obj, points, epsilon = _resolve_task(task), int(points), float(epsilon)
-        if task_obj.name != "drift" or not 1 <= points <= MAX_SAMPLE_POINTS:
-            raise ValueError(f"only drift candidates, 1 to {MAX_SAMPLE_POINTS} points per axis")
+        if not task_obj.distillable or not 1 <= points <= MAX_SAMPLE_POINTS:
+            raise ValueError(
+                f"only candidates of a distillable task (a function of ratio and advantage), "
+                f"1 to {MAX_SAMPLE_POINTS} points per axis; {task_obj.name} is "
+                + ("distillable" if task_obj.distillable else "not")
+            )
         if not math.isfinite(epsilon):
             raise ValueError(f"epsilon must be finite, not {epsilon}")
         report = check_task_source(source, task_obj)

@@ -137,7 +137,7 @@ def sample_candidate(task: Task, source: str, points: int, epsilon: float) -> di
     as `trace_candidate` does and samples it with `rl.lpo.sample_drift` on `drift_grid(points)`.
 
     Args:
-        task: the task; only `drift` can be sampled.
+        task: the task; only a distillable one (Task.distillable) can be sampled.
         source: the candidate's source code (already through the static check).
         points: grid points per axis (`points * points` samples).
         epsilon: the clip range passed to the drift.
@@ -146,8 +146,8 @@ def sample_candidate(task: Task, source: str, points: int, epsilon: float) -> di
         `{"ok": True, "value": [...], "slope": [...]}` (`points * points` floats each, in the
         grid's order) or `{"ok": False, "reason": "..."}` with a one-line reason.
     """
-    if task.name != "drift":
-        return {"ok": False, "reason": f"only the drift task can be sampled, not {task.name!r}"}
+    if not task.distillable:
+        return {"ok": False, "reason": f"the {task.name} task cannot be sampled (not distillable)"}
     grid = drift_grid(int(points))
     size = int(points) ** 2
     try:

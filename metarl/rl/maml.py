@@ -34,6 +34,7 @@ import optax
 from metarl.rl.components import Components
 from metarl.rl.configs import PPOConfig
 from metarl.rl.meta_loop import MetaLearner, MetaStats
+from metarl.rl.meta_names import METHOD_SLOTS
 from metarl.rl.meta_tasks import Episodes, TaskFamily, run_episodes, sample_tasks
 from metarl.rl.networks import MLP, entropy, log_prob, sample_action
 from metarl.rl.scratch import ScratchSettings, scratch_adaptation_curve
@@ -119,6 +120,11 @@ def adapt(network, params, family, key, task, settings: MAMLSettings, rule, gamm
         params = optax.apply_updates(params, updates)
         returns.append(episode_return(data))
     return params, jnp.stack(returns) if returns else jnp.zeros((0,), jnp.float32)
+
+
+# the Components slots MAML uses: its inner rule is the optimizer; it has no PPO loss (its inner
+# step is a policy gradient on fresh rollouts, ratio 1, where a drift is zero by its contract)
+SLOTS = METHOD_SLOTS["maml"]
 
 
 def make_maml_learner(

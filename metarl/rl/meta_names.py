@@ -16,6 +16,11 @@ from metarl.errors import USAGE, MetarlError
 
 META_PREFIX = "Meta-"
 METHODS = ("rl2", "maml")
+# the Components slots (components.py) each meta-learner uses: RL²'s outer loop is PPO (its loss
+# and optimizer), MAML's inner rule is the optimizer. Declared here, without JAX, so the tasks
+# layer can say which meta-learners score a task (rl2.SLOTS and maml.SLOTS are these; a test
+# poisons each slot of each trainer to check the claims).
+METHOD_SLOTS = {"rl2": ("drift", "value_loss", "make_optimizer"), "maml": ("make_optimizer",)}
 ROLES = ("train", "validation", "test")
 
 

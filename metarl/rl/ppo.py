@@ -9,8 +9,8 @@ short run) and go on later with the same compiled program. The structure mirrors
         collect num_steps x num_envs transitions          (lax.scan over env steps)
         compute GAE advantages, bootstrapping time-limit truncations from V(final_obs)
         for each epoch, for each minibatch                 (lax.scan, lax.scan)
-            loss = -mean(ratio*A - drift(ratio, A, eps)) + vf*value_loss - ent*entropy
-            params <- optimizer(clip_by_global_norm(grad))
+            loss = ppo_loss(...)  (loss.py: the drift and value-loss slots)
+            params <- optimizer(clip_by_global_norm(grad))    (the optimizer slot)
 
 With the PPO-clip drift and Adam this *is* PPO. The learning curve is downsampled to
 `config.num_log_points` points (an outer scan over chunks of updates), so memory does not grow
@@ -41,8 +41,9 @@ import optax
 from metarl.rl.components import Components, Schedule
 from metarl.rl.configs import PPOConfig
 from metarl.rl.environments import FlatDiscreteEnv, make_env
+from metarl.rl.loss import LOSS_SLOTS, ppo_loss
 from metarl.rl.meta_names import META_PREFIX
-from metarl.rl.networks import ActorCritic, entropy, log_prob, sample_action
+from metarl.rl.networks import ActorCritic, log_prob, sample_action
 
 
 class Transition(NamedTuple):
@@ -234,6 +235,8 @@ def _tree_all_finite(tree: Any) -> jax.Array:
 # A drift below this is a violation of the drift contract, recorded as training runs (the probes
 # check the same program on random inputs; this checks it on the trainer's own minibatches).
 NEGATIVE_DRIFT_TOLERANCE = 1e-5
+# the Components slots this trainer uses: the loss's and the optimizer
+SLOTS = LOSS_SLOTS + ("make_optimizer",)
 
 
 def make_trainer(
@@ -273,7 +276,6 @@ def make_trainer(
         optax.clip_by_global_norm(config.max_grad_norm),
         components.make_optimizer(learning_rate_schedule(config, lr), config),
     )
-    drift = components.drift
     num_updates = config.num_updates
     num_points = min(config.num_log_points, num_updates)
     # Update u is logged into bucket u * num_points // num_updates: near-equal buckets that
@@ -290,21 +292,17 @@ def make_trainer(
 
     def loss_fn(params, batch: Batch, advantage, target):
         logits, value = network.apply(params, batch.obs)
-        new_log_prob = log_prob(logits, batch.action)
-        ratio = jnp.exp(new_log_prob - batch.log_prob)
-        advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
-        drift_values = drift(ratio, advantage, config.clip_eps)
-        actor_loss = -jnp.mean(ratio * advantage - drift_values)
-
-        clipped_value = batch.value + jnp.clip(
-            value - batch.value, -config.clip_eps, config.clip_eps
+        return ppo_loss(
+            components,
+            config,
+            logits,
+            value,
+            batch.action,
+            batch.log_prob,
+            batch.value,
+            advantage,
+            target,
         )
-        value_loss = 0.5 * jnp.mean(
-            jnp.maximum(jnp.square(value - target), jnp.square(clipped_value - target))
-        )
-        ent = jnp.mean(entropy(logits))
-        total = actor_loss + config.vf_coef * value_loss - config.ent_coef * ent
-        return total, (actor_loss, value_loss, ent, jnp.min(drift_values))
 
     def env_step(carry, key):
         params, env_state, obs, episode_return, last_return = carry

@@ -11,11 +11,12 @@ the episodes of one trial. The structure:
         GAE over the trial: episode ends inside it are not cut (the objective is the trial's
             return, which is what makes exploring early pay), the trial's end is terminal
         for each epoch, for each minibatch of whole trials   (re-run the GRU from h = 0)
-            loss = -mean(ratio*A - drift(ratio, A, eps)) + vf*value_loss - ent*entropy
-            params <- optimizer(clip_by_global_norm(grad))
+            loss = ppo_loss(...)  (loss.py: the drift and value-loss slots)
+            params <- optimizer(clip_by_global_norm(grad))    (the optimizer slot)
 
-The candidate's drift and optimizer are the outer loop's (components.py), exactly where PPO
-uses them. With `memory=False` the same trainer trains a feedforward policy on the observation
+The candidate's components are the outer loop's (components.py), exactly where PPO uses them:
+the loss is PPO's own (loss.py), so every slot PPO reads, RL² reads (`SLOTS`).
+With `memory=False` the same trainer trains a feedforward policy on the observation
 alone: the memoryless baseline RL² must beat on later episodes.
 
 What the seed notebook got wrong, and the tests check here: it trained one policy per
@@ -34,9 +35,11 @@ import optax
 
 from metarl.rl.components import Components
 from metarl.rl.configs import PPOConfig
+from metarl.rl.loss import ppo_loss
 from metarl.rl.meta_loop import MetaLearner, MetaStats
+from metarl.rl.meta_names import METHOD_SLOTS
 from metarl.rl.meta_tasks import TaskFamily, sample_tasks
-from metarl.rl.networks import entropy, log_prob, sample_action
+from metarl.rl.networks import log_prob, sample_action
 from metarl.rl.scratch import ScratchSettings, scratch_adaptation_curve
 
 
@@ -190,30 +193,28 @@ def adaptation_curve(
     return episode_returns(trials, family).mean(axis=0)
 
 
-class RL2Loss(NamedTuple):
-    actor: jax.Array
-    value: jax.Array
-    entropy: jax.Array
-    min_drift: jax.Array
+# the Components slots RL² uses: PPO's loss and optimizer (the outer loop)
+SLOTS = METHOD_SLOTS["rl2"]
 
 
-def rl2_loss(network, params, trials: Trial, advantages, targets, drift, config):
-    """PPO's loss on a minibatch of whole trials ([B, T] leaves), re-running the GRU.
+def rl2_loss(network, params, trials: Trial, advantages, targets, components, config):
+    """PPO's loss (loss.py) on a minibatch of whole trials ([B, T] leaves), re-running the GRU.
 
     Returns:
-        (total loss, RL2Loss).
+        (total loss, LossTerms).
     """
     logits, values = jax.vmap(lambda x: replay(network, params, x))(trials.inputs)
-    new_log_prob = log_prob(logits, trials.action)
-    ratio = jnp.exp(new_log_prob - trials.log_prob)
-    advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-    drift_values = drift(ratio, advantages, config.clip_eps)
-    actor = -jnp.mean(ratio * advantages - drift_values)
-    clipped = trials.value + jnp.clip(values - trials.value, -config.clip_eps, config.clip_eps)
-    value = 0.5 * jnp.mean(jnp.maximum(jnp.square(values - targets), jnp.square(clipped - targets)))
-    ent = jnp.mean(entropy(logits))
-    total = actor + config.vf_coef * value - config.ent_coef * ent
-    return total, RL2Loss(actor, value, ent, jnp.min(drift_values))
+    return ppo_loss(
+        components,
+        config,
+        logits,
+        values,
+        trials.action,
+        trials.log_prob,
+        trials.value,
+        advantages,
+        targets,
+    )
 
 
 def make_rl2_learner(
@@ -229,7 +230,7 @@ def make_rl2_learner(
     Args:
         config: PPO's settings; `num_steps` must be the family's trial length (one trial per
             env per update), `num_envs` must divide into `num_minibatches`.
-        components: the candidate's drift and optimizer: PPO's outer loop.
+        components: the candidate's components (`SLOTS`): PPO's outer loop.
         family: the task family.
         learning_rate: the optimizer's schedule (ppo.learning_rate_schedule).
         eval_tasks: held-out tasks the adaptation curve is averaged over.
@@ -262,7 +263,7 @@ def make_rl2_learner(
         params, opt_state = carry
         trials, advantages, targets = batch
         loss = lambda p: rl2_loss(  # noqa: E731
-            network, p, trials, advantages, targets, components.drift, config
+            network, p, trials, advantages, targets, components, config
         )
         (total, parts), grads = jax.value_and_grad(loss, has_aux=True)(params)
         updates, opt_state = optimizer.update(grads, opt_state, params)

@@ -9,20 +9,30 @@ episodes per round and taking PPO updates (clip objective, Adam, several epochs 
 data) between rounds. Round r's point is the mean return of the episodes collected after r
 updates, so both curves share one x-axis: RL²'s rounds are its trial's episodes (one each),
 MAML's are its inner steps (its episodes per step each).
+
+Its loss is PPO's (loss.py) with one slot fixed (`FIXED_SLOTS`): the value loss is plain
+squared error, as the reference has always been trained (full-batch epochs on one round's
+data, where clipping toward the round's own values would only slow the critic). The
+meta-learners call it with the default components: the reference is PPO's, not the candidate's.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import optax
 
-from metarl.rl.components import Components
+from metarl.rl.components import Components, squared_value_loss
 from metarl.rl.configs import PPOConfig
+from metarl.rl.loss import ppo_loss
 from metarl.rl.meta_tasks import Episodes, TaskFamily, run_episodes, sample_tasks
-from metarl.rl.networks import ActorCritic, entropy, log_prob, sample_action
+from metarl.rl.networks import ActorCritic, log_prob, sample_action
+
+# the slots the reference fixes, whatever components it is given
+FIXED_SLOTS = {"value_loss": squared_value_loss}
 
 
 class ScratchSettings(NamedTuple):
@@ -85,7 +95,7 @@ def scratch_curve(
         settings: rounds, episodes per round, learning rate, epochs, width.
         key: PRNG key (initialisation, rollouts).
         task: the task.
-        components: the drift and optimizer PPO uses (PPO-clip and Adam by default).
+        components: PPO's components (PPO-clip and Adam by default; `FIXED_SLOTS` replaced).
 
     Returns:
         float32[settings.rounds]: mean episode return of each round.
@@ -95,16 +105,24 @@ def scratch_curve(
         optax.clip_by_global_norm(config.max_grad_norm),
         components.make_optimizer(lambda count: jnp.float32(settings.lr), config),
     )
+    fixed = dataclasses.replace(components, **FIXED_SLOTS)
     key_init, key_rounds = jax.random.split(key)
     params = network.init(key_init, jnp.zeros((family.obs_size,), jnp.float32))
 
     def loss_fn(params, data, advantages, targets):
         logits, values = network.apply(params, data.obs)
-        ratio = jnp.exp(log_prob(logits, data.action) - data.extra[0])
-        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-        actor = -jnp.mean(ratio * advantages - components.drift(ratio, advantages, config.clip_eps))
-        value = 0.5 * jnp.mean(jnp.square(values - targets))
-        return actor + config.vf_coef * value - config.ent_coef * jnp.mean(entropy(logits))
+        total, _ = ppo_loss(
+            fixed,
+            config,
+            logits,
+            values,
+            data.action,
+            data.extra[0],
+            data.extra[1],
+            advantages,
+            targets,
+        )
+        return total
 
     def round_(carry, key):
         params, opt_state = carry

@@ -193,22 +193,6 @@ def is_meta_suite(name: str) -> bool:
     return name.partition(META_SEPARATOR)[2] in META_METHODS
 
 
-def meta_task_problem(task: str, suite: str) -> str | None:
-    """Why `task` cannot be scored on `suite`, or None when it can.
-
-    MAML's inner loop is a policy-gradient step on fresh rollouts (ratio 1), where a drift's
-    value and gradient are zero by its contract: the inner rule there is an optimizer.
-    """
-    if task == "drift" and suite.endswith(META_SEPARATOR + "maml"):
-        return (
-            "--meta maml scores an optimizer (MAML's inner rule); a drift has nothing to shape "
-            "in a one-step policy gradient: use --task optimizer, or --meta rl2 for a drift"
-        )
-    if task == "lpg" and is_meta_suite(suite):
-        return "an LPG network is scored on grid and classic suites, not on a meta-RL suite"
-    return None
-
-
 SUITES: dict[str, Suite] = {
     suite.name: suite
     for suite in (

@@ -11,6 +11,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 from metarl.errors import USAGE, MetarlError
+from metarl.rl.meta_names import METHOD_SLOTS
 
 if TYPE_CHECKING:
     from metarl.tasks.base import SeedProgram, Task
@@ -38,6 +39,40 @@ def get_task(name: str) -> Task:
     return importlib.import_module(_PACKAGES[name]).TASK
 
 
+def distillable_tasks() -> list[str]:
+    """The tasks whose candidates distillation and symbolic regression can sample."""
+    return [name for name in _PACKAGES if get_task(name).distillable]
+
+
+def meta_task_problem(task: str, suite: str) -> str | None:
+    """Why `task` cannot be scored on `suite`, or None when it can.
+
+    A meta-RL suite (`<family>@<method>`) trains the components its learner reads
+    (rl/meta_names.py's METHOD_SLOTS): a task is scored there when its slot is one of them.
+    MAML's inner loop, for one, is a policy-gradient step on fresh rollouts (ratio 1), where a
+    drift is zero by its contract; its inner rule is the optimizer. Only registered tasks fill
+    a slot (an LPG network is scored on grid and classic suites).
+    """
+    # lazy: suites reads distributions and configs, which `metarl --help` does not need
+    from metarl.rl.suites import META_SEPARATOR, is_meta_suite
+
+    if not is_meta_suite(suite):
+        return None
+    method = suite.partition(META_SEPARATOR)[2]
+    if task not in _PACKAGES:
+        return f"{task!r} fills no trainer slot, so a meta-RL suite cannot score it ({suite})"
+    slot = get_task(task).slot
+    if slot in METHOD_SLOTS[method]:
+        return None
+    fitting = [name for name in _PACKAGES if get_task(name).slot in METHOD_SLOTS[method]]
+    others = [m for m, slots in METHOD_SLOTS.items() if slot in slots]
+    ways = [f"--task {name}" for name in fitting] + [f"--meta {m} for a {task}" for m in others]
+    return (
+        f"--meta {method} trains only {', '.join(METHOD_SLOTS[method])}; a {task} candidate "
+        f"fills {slot}, which it never reads: use {' or '.join(ways)}"
+    )
+
+
 def __getattr__(name: str):
     """`Task` and `SeedProgram`, from `metarl.tasks.base` (which imports jax) on first use."""
     if name in ("SeedProgram", "Task"):
@@ -48,4 +83,12 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["SeedProgram", "Task", "UnknownTask", "get_task", "task_names"]
+__all__ = [
+    "SeedProgram",
+    "Task",
+    "UnknownTask",
+    "distillable_tasks",
+    "get_task",
+    "meta_task_problem",
+    "task_names",
+]

@@ -16,7 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from metarl.rl.artifact import ElementSignature
-from metarl.rl.components import Components
+from metarl.rl.components import SLOT_NAMES, Components
+from metarl.rl.meta_names import METHOD_SLOTS
 from metarl.tasks.probing import ProbeReport
 
 TASKS_ROOT = Path(__file__).resolve().parent
@@ -37,8 +38,11 @@ class Task:
     signature: str  # e.g. "drift(ratio, advantage, epsilon) -> array"
     contract: str  # the full description the proposer reads
     baseline_name: str  # file stem of the seed program that reproduces the baseline algorithm
-    # plug(candidate_function) -> the trainer's Components with the candidate in its place
-    plug: Callable[[Callable], Components]
+    # the trainer's slot the candidate fills: a field of rl/components.py's Components
+    slot: str
+    # plug(candidate_function) -> the trainer's Components with the candidate in its slot;
+    # None: the candidate itself is the slot's value
+    plug: Callable[[Callable], Components] | None = None
     # probes(candidate_function, rng_seed) -> ProbeReport; runs only inside the sandbox
     probes: Callable[[Callable, int], ProbeReport] | None = None
     # fingerprint_inputs() -> tuple of arrays: a fixed batch on which behaviour is hashed
@@ -50,6 +54,23 @@ class Task:
     element_signature: ElementSignature | None = None
     per_element: Callable[[Callable], dict[str, Callable]] | None = None
     assemble: Callable[[dict[str, Callable]], Callable] | None = None
+    # whether the candidate is a function of (ratio, advantage) that distillation and symbolic
+    # regression can sample on a grid (evaluation/tracing.py's sample_drift)
+    distillable: bool = False
+
+    def __post_init__(self):
+        if self.slot not in SLOT_NAMES:
+            raise ValueError(
+                f"task {self.name!r} fills slot {self.slot!r}; the trainer's slots are "
+                f"{', '.join(SLOT_NAMES)}"
+            )
+        if self.plug is None:
+            object.__setattr__(self, "plug", lambda function: Components(**{self.slot: function}))
+
+    @property
+    def meta_learners(self) -> tuple[str, ...]:
+        """The meta-learners whose training reads this task's slot (rl/meta_names.py)."""
+        return tuple(method for method, slots in METHOD_SLOTS.items() if self.slot in slots)
 
     @property
     def programs_dir(self) -> Path:

@@ -7,7 +7,6 @@ from typing import Callable
 import jax.numpy as jnp
 
 from metarl.rl.artifact import ElementSignature
-from metarl.rl.components import Components
 from metarl.tasks.base import Task
 from metarl.tasks.drift.probes import fingerprint_inputs, probes
 from metarl.tasks.vocabulary import AVAILABLE
@@ -84,18 +83,13 @@ def assemble(calls: dict[str, Callable]) -> Callable:
     return drift
 
 
-def plug(drift_function):
-
-    return Components(drift=drift_function)
-
-
 TASK = Task(
     name="drift",
     function_name="drift",
     signature="drift(ratio, advantage, epsilon) -> array",
     contract=CONTRACT,
     baseline_name="ppo_clip",
-    plug=plug,
+    slot="drift",
     # Invariant policy (see probes.py): a negative drift beyond 1e-5, a value beyond 1e-5 or a
     # slope beyond 1e-4 at ratio = 1, and a gradient that is not the slope of the values are
     # failures.
@@ -104,4 +98,5 @@ TASK = Task(
     element_signature=SIGNATURE,
     per_element=per_element,
     assemble=assemble,
+    distillable=True,
 )

@@ -113,6 +113,7 @@ TASK = Task(
     signature="optimizer(grad, param, momentum, state, step, progress, lr) -> (update, new_state)",
     contract=CONTRACT,
     baseline_name="adam",
+    slot="make_optimizer",
     plug=plug,
     probes=probes,
     fingerprint_inputs=fingerprint_inputs,

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 _PACKAGES = {
     "drift": "metarl.tasks.drift",
     "optimizer": "metarl.tasks.optimizer",
+    "value_loss": "metarl.tasks.value_loss",
 }
 
 

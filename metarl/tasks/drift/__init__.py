@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Callable
-
-import jax.numpy as jnp
-
-from metarl.rl.artifact import ElementSignature
 from metarl.tasks.base import Task
 from metarl.tasks.drift.probes import fingerprint_inputs, probes
+from metarl.tasks.elementwise import elementwise_plumbing
 from metarl.tasks.vocabulary import AVAILABLE
 
 CONTRACT = f"""\
@@ -52,35 +48,7 @@ last two included: they are what makes the objective a drift (mirror learning's 
 # epsilon is a Python float in the contract, so it is baked into the exported program: one
 # variant per clip range the trainer's configs use (PPOConfig.clip_eps).
 EPSILONS = (0.2,)
-SIGNATURE = ElementSignature(
-    inputs=(((), "float32"), ((), "float32")), outputs=(((), "float32"),), differentiable=True
-)
-
-
-def _variant(epsilon: float) -> str:
-    return f"epsilon={float(epsilon)!r}"
-
-
-def per_element(drift_function: Callable) -> dict[str, Callable]:
-    """The drift of one (ratio, advantage) pair, per clip range: what the tracer exports."""
-    return {
-        _variant(epsilon): (lambda ratio, advantage, e=epsilon: drift_function(ratio, advantage, e))
-        for epsilon in EPSILONS
-    }
-
-
-def assemble(calls: dict[str, Callable]) -> Callable:
-    """drift(ratio, advantage, epsilon) from the verified artifact's variants."""
-
-    def drift(ratio, advantage, epsilon):
-        name = _variant(epsilon)
-        if name not in calls:
-            raise ValueError(f"the drift was exported for {sorted(calls)}, not {name}")
-        ratio = jnp.asarray(ratio, jnp.float32)
-        advantage = jnp.broadcast_to(jnp.asarray(advantage, jnp.float32), ratio.shape)
-        return calls[name](ratio, advantage)[0]
-
-    return drift
+PLUMBING = elementwise_plumbing("drift", arrays=2, statics=EPSILONS)
 
 
 TASK = Task(
@@ -95,8 +63,6 @@ TASK = Task(
     # failures.
     probes=probes,
     fingerprint_inputs=fingerprint_inputs,
-    element_signature=SIGNATURE,
-    per_element=per_element,
-    assemble=assemble,
+    **PLUMBING._asdict(),
     distillable=True,
 )

@@ -7,12 +7,8 @@ clipped value loss: with it the trainer is exactly PPO.
 
 from __future__ import annotations
 
-from typing import Callable
-
-import jax.numpy as jnp
-
-from metarl.rl.artifact import ElementSignature
 from metarl.tasks.base import Task
+from metarl.tasks.elementwise import elementwise_plumbing
 from metarl.tasks.value_loss.probes import EPSILON, fingerprint_inputs, probes
 from metarl.tasks.vocabulary import AVAILABLE
 
@@ -55,39 +51,7 @@ rejected.
 
 # epsilon is a Python float in the contract, so it is baked into the exported program: one
 # variant per clip range the trainer's configs use (PPOConfig.clip_eps)
-EPSILONS = (EPSILON,)
-SIGNATURE = ElementSignature(
-    inputs=(((), "float32"), ((), "float32"), ((), "float32")),
-    outputs=(((), "float32"),),
-    differentiable=True,
-)
-
-
-def _variant(epsilon: float) -> str:
-    return f"epsilon={float(epsilon)!r}"
-
-
-def per_element(function: Callable) -> dict[str, Callable]:
-    """The loss of one (value, old_value, target) sample, per clip range: what is exported."""
-    return {
-        _variant(e): (lambda value, old, target, e=e: function(value, old, target, e))
-        for e in EPSILONS
-    }
-
-
-def assemble(calls: dict[str, Callable]) -> Callable:
-    """value_loss(value, old_value, target, epsilon) from the verified artifact's variants."""
-
-    def value_loss(value, old_value, target, epsilon):
-        name = _variant(epsilon)
-        if name not in calls:
-            raise ValueError(f"the value loss was exported for {sorted(calls)}, not {name}")
-        value = jnp.asarray(value, jnp.float32)
-        old_value = jnp.broadcast_to(jnp.asarray(old_value, jnp.float32), value.shape)
-        target = jnp.broadcast_to(jnp.asarray(target, jnp.float32), value.shape)
-        return calls[name](value, old_value, target)[0]
-
-    return value_loss
+PLUMBING = elementwise_plumbing("value loss", arrays=3, statics=(EPSILON,))
 
 
 TASK = Task(
@@ -99,7 +63,5 @@ TASK = Task(
     slot="value_loss",
     probes=probes,
     fingerprint_inputs=fingerprint_inputs,
-    element_signature=SIGNATURE,
-    per_element=per_element,
-    assemble=assemble,
+    **PLUMBING._asdict(),
 )

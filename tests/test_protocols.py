@@ -21,6 +21,20 @@ def test_the_default_protocol_is_todays_demo():
     assert (config.confirm_seeds, config.race_seeds, config.lr_sweep) == (4, 12, None)
 
 
+def test_discover_and_evaluate_train_a_suite_with_the_same_budget():
+    from metarl.evaluation.settings import CascadeSettings, plan_runs
+    from metarl.rl.suites import get_suite
+
+    for suite in ("smoke", "grid-small", "minatar"):
+        evaluated = {p.config.total_timesteps for p in plan_runs(CascadeSettings(suite=suite))}
+        assert evaluated == {get_suite(suite).total_timesteps}
+        assert DiscoverConfig(suite=suite).resolved().timesteps == get_suite(suite).total_timesteps
+    # the protocol's budget is its own suite's; an explicit budget is the user's
+    assert DiscoverConfig(suite="classic").resolved().timesteps == 100_000
+    assert DiscoverConfig(suite="smoke", timesteps=8192).resolved().timesteps == 8192
+    assert DiscoverConfig(suite="classic", timesteps=0).resolved().timesteps == 500_000
+
+
 def test_discobench_fills_the_defaults_and_explicit_options_override_it():
     config = DiscoverConfig(protocol="discobench").resolved()
     assert (config.suite, config.timesteps, config.seeds) == ("discobench", 10_000_000, 8)

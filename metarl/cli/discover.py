@@ -108,7 +108,10 @@ def discover(
     seeds: Optional[int] = typer.Option(None, "--seeds", help="Training seeds per evaluation."),
     seed_values: Optional[str] = seed_values_option(),
     timesteps: Optional[int] = typer.Option(
-        None, "--timesteps", help="Per-environment training budget; 0 = the suite's own."
+        None,
+        "--timesteps",
+        help="Per-environment training budget; default: the protocol's on its suite (quick: "
+        "1e5 on classic), else the suite's own, as `metarl evaluate` trains it; 0 = the suite's.",
     ),
     children: Optional[int] = typer.Option(None, "--children", help="Children per generation."),
     islands: Optional[int] = typer.Option(None, "--islands", help="Number of islands."),

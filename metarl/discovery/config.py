@@ -73,7 +73,8 @@ class DiscoverConfig:
     # pinned training seed values (`--seed-values 0,1`; recorded); None: drawn per batch from
     # the run's secret pool (evaluation/seeds.py)
     seed_values: list[int] | None = None
-    timesteps: int | None = 100_000  # per-environment budget; None/0: the suite's own
+    # per-environment budget; None/0: the protocol's on its suite, else the suite's own
+    timesteps: int | None = None
     short_timesteps: int | None = None  # the cascade's short run; None: derived by the cascade
     short_threshold: float = CascadeSettings.short_run_threshold
     skip_short: bool = False
@@ -150,6 +151,10 @@ class DiscoverConfig:
             for key, value in protocol.settings.items()
             if hasattr(self, key) and getattr(self, key) == getattr(defaults, key)
         }
+        # a protocol's budget is its suite's: another suite trains its own budget (Suite.budget),
+        # as `metarl evaluate` trains it (`discover --suite smoke` once trained 2x evaluate's)
+        if changes.get("suite", self.suite) != protocol.settings.get("suite", self.suite):
+            changes.pop("timesteps", None)
         return dataclasses.replace(self, **changes)
 
     def resolved(self) -> "DiscoverConfig":
@@ -229,8 +234,7 @@ class DiscoverConfig:
             out.seeds = len(seed_values)  # the values say how many
         if not out.seeds:
             out.seeds = suite.default_seeds
-        if not out.timesteps:
-            out.timesteps = suite.total_timesteps
+        out.timesteps = suite.budget(out.timesteps)
         if out.confirm_seeds is None:
             out.confirm_seeds = 2 * out.seeds
         if out.race_seeds is None:

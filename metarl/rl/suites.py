@@ -81,9 +81,15 @@ class Suite:
             "test": list(self.heldout),
         }
 
+    def budget(self, timesteps: int | None = None) -> int:
+        """The per-environment budget a run of this suite trains: `timesteps`, or the suite's
+        own when it is None or 0. Every command resolves its `--timesteps` here, so `discover`
+        and `evaluate` train a suite alike."""
+        return int(timesteps or self.total_timesteps)
+
     def config(self, env_name: str, total_timesteps: int | None = None) -> PPOConfig:
         return default_config(
-            env_name, total_timesteps=total_timesteps or self.total_timesteps, **self.overrides
+            env_name, total_timesteps=self.budget(total_timesteps), **self.overrides
         )
 
 

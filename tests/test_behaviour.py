@@ -27,7 +27,7 @@ from metarl.rl import artifact
 from metarl.rl.artifact import ArtifactRejected, Variant
 from metarl.rl.behaviour import BehaviourRejected, check_variants
 from metarl.rl.lpo import init_params as lpo_params
-from metarl.rl.ppo import make_trainer
+from metarl.rl.trainers import make_trainer
 from metarl.tasks import get_task
 from metarl.tasks.behaviour import check_artifact, example_rows, training_sizes
 from metarl.tasks.candidate import load_function

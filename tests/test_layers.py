@@ -113,3 +113,64 @@ def test_module_imports_only_its_layer_or_below_and_at_the_top(path):
                 "without a `# lazy:` comment saying why"
             )
     assert not problems, "\n".join(problems)
+
+
+def _runtime_import_graph() -> dict[str, set[str]]:
+    """module -> the metarl modules it imports when it runs (lazy imports included; imports
+    under `if TYPE_CHECKING:` left out: they never run)."""
+    names = {module_name(path): path for path in MODULES}
+    graph: dict[str, set[str]] = {name: set() for name in names}
+
+    def visit(node: ast.AST, name: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                continue
+            targets = []
+            if isinstance(child, ast.Import):
+                targets = [alias.name for alias in child.names]
+            elif isinstance(child, ast.ImportFrom) and child.module and child.level == 0:
+                targets = [child.module] + [f"{child.module}.{a.name}" for a in child.names]
+            for target in targets:
+                # a module importing its own package's __init__ is not a cycle of two modules
+                if target in names and target != name and not name.startswith(target + "."):
+                    graph[name].add(target)
+            visit(child, name)
+
+    for name, path in names.items():
+        visit(ast.parse(path.read_text()), name)
+    return graph
+
+
+def test_no_import_cycle_anywhere_in_metarl():
+    """Lazy imports hid two cycles (environments/gridworld/levels, and PPO dispatching to the
+    meta-learners that implement its contract); a cycle is a room that does not know what it
+    holds. Tarjan's strongly connected components of the runtime import graph."""
+    graph = _runtime_import_graph()
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def strong(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in sorted(graph[node]):
+            if other not in index:
+                strong(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            strong(node)
+    assert cycles == []

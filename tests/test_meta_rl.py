@@ -249,9 +249,7 @@ def test_rl2_memory_is_carried_across_the_episodes_of_a_trial_and_starts_at_zero
         advantages, targets = jax.vmap(lambda t: rl2.trial_gae(t, config.gamma, config.gae_lambda))(
             batch
         )
-        _, parts = rl2.rl2_loss(
-            network, params, batch, advantages, targets, Components().drift, config
-        )
+        _, parts = rl2.rl2_loss(network, params, batch, advantages, targets, Components(), config)
         return {
             "batch": batch,
             "trial": trial,

@@ -15,7 +15,7 @@ import numpy as np
 import optax
 import pytest
 
-from metarl.rl import maml, ppo, rl2
+from metarl.rl import maml, ppo, rl2, trainers
 from metarl.rl.components import SLOT_NAMES, Components, ppo_clip_drift
 from metarl.rl.configs import default_config
 from metarl.rl.loss import ppo_loss
@@ -47,7 +47,7 @@ POISON = {
 
 def _train(trainer: str, components: Components):
     config, _ = TRAINERS[trainer]
-    return jax.jit(ppo.make_train(config, components))(jax.random.PRNGKey(0))
+    return jax.jit(trainers.make_train(config, components))(jax.random.PRNGKey(0))
 
 
 @functools.cache

@@ -25,7 +25,8 @@ from metarl.blackbox.export import float_literal, network_source
 from metarl.rl.components import Components
 from metarl.rl.configs import PPOConfig
 from metarl.rl.lpo import LPONetwork, MetaParams
-from metarl.rl.ppo import TrainResult, make_train
+from metarl.rl.trainer import TrainResult
+from metarl.rl.trainers import make_train
 from metarl.tasks.optimizer.plug import rule_optimizer
 
 OPEN_LITE_HIDDEN = 16  # the rule runs on every parameter element at every step: keep it small

@@ -43,7 +43,7 @@ from metarl.evaluation.outcome import EnvScore, Outcome, score_roles
 from metarl.evaluation.sandbox import WorkerResult, run_job
 from metarl.evaluation.seeds import SeedSource
 from metarl.evaluation.settings import SandboxLimits
-from metarl.rl.environments import split_variant
+from metarl.rl.env_names import split_variant
 from metarl.rl.lpg import LPGFormatError, read_lpg_source
 from metarl.rl.lpg_agent import AgentConfig, lifetime_from_seed
 from metarl.rl.scoring import normalised_score

@@ -288,7 +288,7 @@ def validate(settings: CascadeSettings) -> None:
                 f"({known})"
             )
     if settings.train_envs:
-        from metarl.rl.environments import split_variant  # lazy: gymnax, only when needed
+        from metarl.rl.env_names import split_variant  # lazy: names only, read when needed
 
         distribution = suite.distribution
         drawn = distribution is not None and all(

@@ -46,8 +46,8 @@ import numpy as np
 from jax.extend import core as jax_core
 
 from metarl.rl.artifact import ArtifactRejected, ElementSignature, Variant, callable_from
+from metarl.rl.components import Components
 from metarl.rl.configs import PPOConfig
-from metarl.rl.ppo import Components
 from metarl.rl.training import batch_functions, seed_keys
 
 ROW_RTOL = 1e-5

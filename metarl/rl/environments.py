@@ -8,20 +8,19 @@ was truncated by the time limit, and the observation it was truncated at (`final
 from __future__ import annotations
 
 import math
-import re
 from typing import Any, NamedTuple
 
 import gymnax
 import jax
 import jax.numpy as jnp
 
-from metarl.errors import USAGE, MetarlError
-
-
-class UnknownEnvironment(MetarlError, ValueError):
-    """An environment gymnax does not have, or one metarl's discrete PPO cannot train on."""
-
-    exit_code = USAGE
+from metarl.rl import gridworld, levels
+from metarl.rl.env_names import (  # noqa: F401 (re-exported: the names of environments)
+    VARIANT_SEPARATOR,
+    UnknownEnvironment,
+    base_name,
+    split_variant,
+)
 
 
 class Step(NamedTuple):
@@ -33,54 +32,11 @@ class Step(NamedTuple):
     final_obs: jax.Array
 
 
-VARIANT_SEPARATOR = ":"
-
-
-def split_variant(name: str) -> tuple[str, dict[str, float]]:
-    """A variant name's gymnax environment and parameter changes.
-
-    A *variant* is a gymnax environment with some of its `EnvParams` changed, written
-    `Base:field=value+field=value` (e.g. `CartPole-v1:gravity=15+force_mag=7`): the same
-    dynamics family at another parameterisation, which is how a suite's validation role asks
-    "does it generalise beyond the exact training environment" without a new code path.
-
-    Args:
-        name: an environment name, plain (`CartPole-v1`) or a variant.
-
-    Returns:
-        (the gymnax name, field -> value); the dict is empty for a plain name.
-
-    Raises:
-        UnknownEnvironment: a malformed change (not `field=number`).
-    """
-    base, _, changes = name.partition(VARIANT_SEPARATOR)
-    params: dict[str, float] = {}
-    for change in filter(None, (c.strip() for c in re.split(r"\+(?=[A-Za-z_])", changes))):
-        field, equals, value = change.partition("=")
-        try:
-            if not equals:
-                raise ValueError(change)
-            params[field.strip()] = float(value)
-        except ValueError:
-            raise UnknownEnvironment(
-                f"malformed environment variant {name!r}: write {base}:field=number+field=number"
-            ) from None
-    return base, params
-
-
-def base_name(name: str) -> str:
-    """The gymnax environment a (possibly variant) name runs."""
-    return split_variant(name)[0]
-
-
 class FlatDiscreteEnv:
     """A gymnax environment with flat float observations and a discrete action space; a
     variant name (`split_variant`) changes its `EnvParams`."""
 
     def __init__(self, name: str):
-        # lazy: grid levels (levels.py) build on this module; at the top it would be a cycle
-        from metarl.rl import gridworld, levels
-
         base, changes = split_variant(name)
         if levels.is_grid(name):
             # The level is the env's params; level_from_name applies the variant's changes.

@@ -180,12 +180,19 @@ class GridWorld(environment.Environment[GridState, GridLevel]):
     episode in `info["final_observation"]`.
     """
 
+    def __init__(self, default_level: GridLevel | None = None):
+        """Args:
+        default_level: the level gymnax's calls without params use (levels.py builds levels
+            on this module, so none is built here); metarl always passes the level.
+        """
+        super().__init__()
+        self._default_level = default_level
+
     @property
     def default_params(self) -> GridLevel:
-        # lazy: levels.py builds on this module; importing it at the top would be a cycle
-        from metarl.rl.levels import tabular_level
-
-        return tabular_level("dense")
+        if self._default_level is None:
+            raise ValueError("a GridWorld's level is its params: pass one (levels.py)")
+        return self._default_level
 
     def step_env(
         self,

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from metarl.rl.environments import UnknownEnvironment, split_variant
+from metarl.rl.env_names import UnknownEnvironment, split_variant
 from metarl.rl.gridworld import (
     MAX_CELLS,
     MAX_OBJECTS,

@@ -38,7 +38,8 @@ import numpy as np
 
 from metarl.rl.components import Components, DriftFn, ppo_clip_drift
 from metarl.rl.configs import PPOConfig
-from metarl.rl.ppo import TrainResult, make_train
+from metarl.rl.trainer import TrainResult
+from metarl.rl.trainers import make_train
 
 LPO_HIDDEN = 128  # the paper's width
 DEAD_ZONE = 1e-4  # |net| below this adds nothing (the drift stays flat at r = 1)

@@ -1,6 +1,6 @@
 """Build the trainer and the references of a meta-RL environment name (meta_names.py).
 
-`make_meta_env_trainer(config, components, lr)` is what ppo.make_trainer hands a
+`make_meta_env_trainer(config, components, lr)` is what trainers.make_trainer hands a
 `Meta-<method>/<family>/<role>` config to: RL² (rl2.py) or MAML (maml.py) over the family's
 tasks (meta_tasks.py), wrapped by meta_loop.py into PPO's `Trainer` contract. Their settings
 are in configs.py (`META_CONFIGS`, `MAML_SETTINGS`), the one settings source.
@@ -19,8 +19,8 @@ from metarl.rl.maml import MAMLSettings, make_maml_learner
 from metarl.rl.meta_loop import ROLE_SALTS, make_meta_trainer
 from metarl.rl.meta_names import UnknownMetaEnv, parse_meta
 from metarl.rl.meta_tasks import FAMILIES, TaskFamily, sample_tasks
-from metarl.rl.ppo import Trainer, learning_rate_schedule
 from metarl.rl.rl2 import make_rl2_learner
+from metarl.rl.trainer import Trainer, learning_rate_schedule
 
 EVAL_TASKS = 64  # held-out tasks each adaptation curve is averaged over
 
@@ -40,7 +40,7 @@ def maml_settings(family: str, **changes) -> MAMLSettings:
 def make_meta_env_trainer(
     config: PPOConfig, components: Components = Components(), lr=None, memory: bool = True
 ) -> Trainer:
-    """The `Trainer` of a meta-RL config (see ppo.make_trainer for `lr`).
+    """The `Trainer` of a meta-RL config (trainers.py dispatches here; `lr` as ppo.make_trainer).
 
     Args:
         config: a config whose env_name is `Meta-<method>/<family>/<role>`.

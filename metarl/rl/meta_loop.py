@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from metarl.rl.configs import PPOConfig
-from metarl.rl.ppo import NEGATIVE_DRIFT_TOLERANCE, Trainer, TrainResult
+from metarl.rl.trainer import NEGATIVE_DRIFT_TOLERANCE, Trainer, TrainResult
 
 # which held-out tasks each role's adaptation is measured on (folded into the seed's key)
 ROLE_SALTS = {"train": 1, "validation": 2, "test": 3}

@@ -4,7 +4,7 @@ A meta-RL suite's role is not a list of gymnax environments but one meta-trainin
 task family, scored by adaptation on that role's held-out tasks (meta_loop.py). Naming that
 unit like an environment (`Meta-rl2/bandit-tasks/validation`) lets it travel wherever an env
 name does — suites, configs, the cascade, baseline cache keys, the archive — while the trainer
-dispatches on the prefix (ppo.make_trainer). This module is names only (no JAX), so configs
+dispatches on the prefix (trainers.make_trainer). This module is names only (no JAX), so configs
 and suites can read them.
 """
 

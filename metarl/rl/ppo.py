@@ -31,19 +31,26 @@ number every layer above scores. The learning curve stays the training curve.
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
-from metarl.rl.components import Components, Schedule
+from metarl.rl.components import Components
 from metarl.rl.configs import PPOConfig
 from metarl.rl.environments import FlatDiscreteEnv, make_env
 from metarl.rl.loss import LOSS_SLOTS, ppo_loss
 from metarl.rl.meta_names import META_PREFIX
 from metarl.rl.networks import ActorCritic, log_prob, sample_action
+from metarl.rl.trainer import (  # noqa: F401 (the contract PPO implements, re-exported)
+    NEGATIVE_DRIFT_TOLERANCE,
+    Trainer,
+    TrainResult,
+    learning_rate_schedule,
+    whole_run,
+)
 
 
 class Transition(NamedTuple):
@@ -55,14 +62,6 @@ class Transition(NamedTuple):
     done: jax.Array  # terminated or truncated: the trajectory is cut here either way
     truncated: jax.Array  # cut by the time limit: bootstrap from V(final_obs)
     final_obs: jax.Array
-
-
-class Trainer(NamedTuple):
-    """One seed's training as pure functions: `init(rng) -> Runner` and
-    `segment(runner, stop) -> (Runner, TrainResult)`, which runs updates up to `stop`."""
-
-    init: Callable
-    segment: Callable
 
 
 class Batch(NamedTuple):
@@ -91,53 +90,6 @@ class Runner(NamedTuple):
     tail_start: jax.Array  # int32: episodes ending from this update on count in `tail`
     tail: jax.Array  # [2]: return sum and episode count of the current segment's tail
     tail_advantage: jax.Array  # [2]: positive value loss sum and update count of the same tail
-
-
-class TrainResult(NamedTuple):
-    steps: jax.Array  # [num_log_points] env steps at the end of each logged chunk
-    episode_return: jax.Array  # [num_log_points] mean return of episodes ended in the chunk
-    episodes: jax.Array  # [num_log_points] number of episodes ended in the chunk
-    actor_loss: jax.Array  # [num_log_points]
-    value_loss: jax.Array  # [num_log_points]
-    entropy: jax.Array  # [num_log_points]
-    first_nonfinite_update: jax.Array  # scalar int32, -1 when every update stayed finite
-    first_negative_drift_update: jax.Array  # scalar int32, -1 when the drift stayed >= -tol
-    min_drift: jax.Array  # scalar: the smallest drift value of any minibatch of the run
-    # scalar: see `final_return` in make_trainer; the greedy return with config.eval_episodes
-    final_return: jax.Array
-    positive_value_loss: jax.Array  # scalar: mean max(A, 0) over the tail's updates (NaN: none)
-    # meta-RL only (meta_loop.py): the adaptation curve on held-out tasks; None for PPO
-    adaptation: Any = None
-    # meta-RL only: PPO from scratch with the same experience on the same held-out tasks
-    scratch: Any = None
-    # scalar: the mean greedy return (`greedy_returns`) with config.eval_episodes > 0, else None
-    greedy_return: Any = None
-
-
-def learning_rate_schedule(config: PPOConfig, lr: jax.Array | float | None = None) -> Schedule:
-    """purejaxrl's linear annealing: constant within an update, 0 after the last one.
-
-    Args:
-        config: the run's config; its `lr` is the peak (initial) rate unless `lr` is given.
-        lr: the peak rate to use instead of `config.lr`, possibly a traced float32 scalar (one
-            per row of a vmapped learning-rate sweep, see training.BatchProgram). None keeps
-            the schedule exactly as without the argument: `config.lr` as a Python constant.
-
-    Returns:
-        `schedule(count) -> lr at optimizer step count` (float32).
-    """
-    steps_per_update = config.num_minibatches * config.update_epochs
-    # A traced peak is cast to float32, the dtype the Python constant takes when it meets the
-    # float32 fraction, so a swept row computes what the separate run at that lr computes.
-    peak = config.lr if lr is None else jnp.asarray(lr, jnp.float32)
-
-    def schedule(count: jax.Array) -> jax.Array:
-        if not config.anneal_lr:
-            return jnp.asarray(peak, jnp.float32)
-        fraction = 1.0 - (count // steps_per_update) / config.num_updates
-        return peak * fraction
-
-    return schedule
 
 
 def compute_gae(
@@ -232,9 +184,6 @@ def _tree_all_finite(tree: Any) -> jax.Array:
     return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves]))
 
 
-# A drift below this is a violation of the drift contract, recorded as training runs (the probes
-# check the same program on random inputs; this checks it on the trainer's own minibatches).
-NEGATIVE_DRIFT_TOLERANCE = 1e-5
 # the Components slots this trainer uses: the loss's and the optimizer
 SLOTS = LOSS_SLOTS + ("make_optimizer",)
 
@@ -257,10 +206,7 @@ def make_trainer(
     the first update in which the drift goes below -NEGATIVE_DRIFT_TOLERANCE.
     """
     if config.env_name.startswith(META_PREFIX):
-        # lazy: meta-RL learners build on this module (TrainResult, Trainer)
-        from metarl.rl.meta_envs import make_meta_env_trainer
-
-        return make_meta_env_trainer(config, components, lr)
+        raise ValueError(f"{config.env_name} is a meta-RL run: rl/trainers.py dispatches it")
     env = make_env(config.env_name)
     if config.eval_episodes > 0 and env.max_steps < 1:
         raise ValueError(
@@ -490,10 +436,4 @@ def make_trainer(
 def make_train(config: PPOConfig, components: Components = Components()):
     """Build `train(rng) -> TrainResult` for one seed (the whole run as one segment); vmap it
     over seeds and jit."""
-    trainer = make_trainer(config, components)
-
-    def train(rng: jax.Array) -> TrainResult:
-        _, result = trainer.segment(trainer.init(rng), config.num_updates)
-        return result
-
-    return train
+    return whole_run(make_trainer(config, components), config.num_updates)

@@ -18,10 +18,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from metarl.rl.components import Components
 from metarl.rl.configs import PPOConfig
 from metarl.rl.environments import make_env
 from metarl.rl.meta_names import is_meta
-from metarl.rl.ppo import Components, make_train, make_trainer
+from metarl.rl.trainers import make_train, make_trainer
 
 
 @dataclass

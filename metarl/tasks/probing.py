@@ -14,7 +14,7 @@ import linecache
 import re
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import jax
 import numpy as np
@@ -192,3 +192,54 @@ def run_checks(checks: list[tuple[str, Callable[[list[str]], None]]]) -> ProbeRe
             return ProbeReport(ok=False, reason=str(failure), warnings=warnings, checks=passed)
         passed.append(name)
     return ProbeReport(ok=True, warnings=warnings, checks=passed)
+
+
+# float32's relative rounding: a finite difference of values near v over a step h cannot
+# resolve slopes below ~eps v / h (a saturating drift, tanh(A (r - 1))^2 at |A (r - 1)| ~ 6,
+# changes by less than that)
+FLOAT32_EPS = float(np.finfo(np.float32).eps)
+
+
+def slope_disagreements(
+    values: Callable[[np.ndarray], np.ndarray],
+    x: np.ndarray,
+    slope: np.ndarray,
+    widths: Sequence[np.ndarray],
+    rtol: float,
+    atol: float,
+) -> np.ndarray:
+    """Where a gradient is not the slope of the values (the probes' stop_gradient check).
+
+    At each point the gradient must lie between the one-sided finite differences of the values
+    (both sides, so a kink passes with either slope), within `rtol` x scale + `atol` + what
+    float32 rounding of the two values can move a difference by, for at least one step width.
+
+    Args:
+        values: float32 points (same shape as x) -> the values there (the other inputs fixed).
+        x: the float32 points the gradient was taken at.
+        slope: the gradient at x (what training follows).
+        widths: step widths to try, each an array of x's shape (e.g. 1e-3 x |x|).
+        rtol, atol: the tolerance.
+
+    Returns:
+        The indices of the points where no step width agrees.
+    """
+    x64 = x.astype(np.float64)
+    base = np.asarray(values(x), np.float64)
+    slope = np.asarray(slope, np.float64)
+    agrees = np.zeros(x.shape, bool)
+    for width in widths:
+        sides, rounding = [], np.zeros(x.shape)
+        for sign in (1.0, -1.0):
+            moved = (x64 + sign * width).astype(np.float32)
+            shifted = np.asarray(values(moved), np.float64)
+            step = moved.astype(np.float64) - x64
+            sides.append((shifted - base) / step)
+            magnitude = np.maximum(np.abs(shifted), np.abs(base))
+            rounding = np.maximum(rounding, 4 * FLOAT32_EPS * magnitude / np.abs(step))
+        low, high = np.minimum(*sides), np.maximum(*sides)
+        scale = np.maximum(np.maximum(np.abs(low), np.abs(high)), np.abs(slope))
+        tolerance = rtol * scale + atol + rounding
+        with np.errstate(invalid="ignore", divide="ignore"):
+            agrees |= (slope >= low - tolerance) & (slope <= high + tolerance)
+    return np.flatnonzero(~agrees)

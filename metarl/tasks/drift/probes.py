@@ -55,6 +55,7 @@ from metarl.tasks.probing import (
     check_array,
     first_nonfinite,
     run_checks,
+    slope_disagreements,
 )
 
 EPSILON = 0.2  # the trainer's clip_eps default; passed as a static Python float, as in training
@@ -65,10 +66,6 @@ GRADIENT_TOLERANCE = 1e-4
 FD_STEPS = (1e-3, 1e-4)  # relative to ratio
 FD_RTOL = 1e-2
 FD_ATOL = 1e-3
-# float32's relative rounding: a finite difference of values near v over a step h cannot
-# resolve slopes below ~eps v / h (a saturating drift, tanh(A (r - 1))^2 at |A (r - 1)| ~ 6,
-# changes by less than that)
-FLOAT32_EPS = float(np.finfo(np.float32).eps)
 # normalised over a minibatch of M samples, |A| <= sqrt(M - 1): 11.3 for classic control's
 # M = 128, 32 for MinAtar's M = 1024
 TRAINING_ADVANTAGES = np.linspace(-32.0, 32.0, BATCH, dtype=np.float32)
@@ -141,26 +138,15 @@ def gradient_disagreements(
         The indices of the points where the gradient lies outside the one-sided finite
         differences of the values, for every step tried.
     """
-    r64 = ratio.astype(np.float64)
-    base = np.asarray(values(jnp.asarray(ratio), jnp.asarray(advantage)), np.float64)
     slope = np.asarray(grad(jnp.asarray(ratio), jnp.asarray(advantage)), np.float64)
-    agrees = np.zeros(ratio.shape, bool)
-    for step in FD_STEPS:
-        sides, rounding = [], np.zeros(ratio.shape)
-        for sign in (1.0, -1.0):
-            moved = (r64 * (1.0 + sign * step)).astype(np.float32)
-            shifted = np.asarray(values(jnp.asarray(moved), jnp.asarray(advantage)), np.float64)
-            width = moved.astype(np.float64) - r64
-            sides.append((shifted - base) / width)
-            # what float32 rounding of the two values alone can move a difference by
-            magnitude = np.maximum(np.abs(shifted), np.abs(base))
-            rounding = np.maximum(rounding, 4 * FLOAT32_EPS * magnitude / np.abs(width))
-        low, high = np.minimum(*sides), np.maximum(*sides)
-        scale = np.maximum(np.maximum(np.abs(low), np.abs(high)), np.abs(slope))
-        tolerance = FD_RTOL * scale + FD_ATOL + rounding
-        with np.errstate(invalid="ignore"):
-            agrees |= (slope >= low - tolerance) & (slope <= high + tolerance)
-    return np.flatnonzero(~agrees)
+    return slope_disagreements(
+        lambda r: np.asarray(values(jnp.asarray(r), jnp.asarray(advantage))),
+        ratio,
+        slope,
+        [ratio.astype(np.float64) * step for step in FD_STEPS],
+        FD_RTOL,
+        FD_ATOL,
+    )
 
 
 def probes(drift: Callable, rng_seed: int) -> ProbeReport:

@@ -36,6 +36,7 @@ from metarl.tasks.probing import (
     check_array,
     first_nonfinite,
     run_checks,
+    slope_disagreements,
 )
 
 EPSILON = 0.2  # the trainer's clip_eps default, static as in training
@@ -46,7 +47,6 @@ PULL_GAP = 0.1
 FD_STEPS = (1e-3, 1e-4)
 FD_RTOL = 1e-2
 FD_ATOL = 1e-3
-FLOAT32_EPS = float(np.finfo(np.float32).eps)
 EXPECTED_SHAPE = "a float32 array with exactly the shape of `value` (elementwise, no reductions)"
 
 Inputs = tuple[np.ndarray, np.ndarray, np.ndarray]
@@ -79,30 +79,16 @@ def _at(inputs: Inputs, index: int) -> str:
     return f"value={value:.4g}, old_value={old:.4g}, target={target:.4g}"
 
 
-def slope_disagreements(values: Callable, grad: Callable, inputs: Inputs) -> np.ndarray:
-    """Indices where d loss / d value lies outside the one-sided finite differences of the
-    values, for every step of FD_STEPS."""
+def value_slope_disagreements(values: Callable, grad: Callable, inputs: Inputs) -> np.ndarray:
+    """Indices where d loss / d value is not a slope of the values (probing.py's check, with
+    steps FD_STEPS x max(1, |value|))."""
     value, old, target = inputs
-    v64 = value.astype(np.float64)
     rest = (jnp.asarray(old), jnp.asarray(target))
-    base = np.asarray(values(jnp.asarray(value), *rest), np.float64)
     slope = np.asarray(grad(jnp.asarray(value), *rest), np.float64)
-    agrees = np.zeros(value.shape, bool)
-    for step in FD_STEPS:
-        sides, rounding = [], np.zeros(value.shape)
-        for sign in (1.0, -1.0):
-            moved = (v64 + sign * step * np.maximum(1.0, np.abs(v64))).astype(np.float32)
-            shifted = np.asarray(values(jnp.asarray(moved), *rest), np.float64)
-            width = moved.astype(np.float64) - v64
-            sides.append((shifted - base) / width)
-            magnitude = np.maximum(np.abs(shifted), np.abs(base))
-            rounding = np.maximum(rounding, 4 * FLOAT32_EPS * magnitude / np.abs(width))
-        low, high = np.minimum(*sides), np.maximum(*sides)
-        scale = np.maximum(np.maximum(np.abs(low), np.abs(high)), np.abs(slope))
-        tolerance = FD_RTOL * scale + FD_ATOL + rounding
-        with np.errstate(invalid="ignore"):
-            agrees |= (slope >= low - tolerance) & (slope <= high + tolerance)
-    return np.flatnonzero(~agrees)
+    widths = [step * np.maximum(1.0, np.abs(value.astype(np.float64))) for step in FD_STEPS]
+    return slope_disagreements(
+        lambda v: np.asarray(values(jnp.asarray(v), *rest)), value, slope, widths, FD_RTOL, FD_ATOL
+    )
 
 
 def probes(value_loss: Callable, rng_seed: int) -> ProbeReport:
@@ -220,7 +206,7 @@ def probes(value_loss: Callable, rng_seed: int) -> ProbeReport:
 
     def gradient_of_values(warnings):
         for inputs, slopes in zip(batches, state["grads"]):
-            bad = slope_disagreements(applied, grad, inputs)
+            bad = value_slope_disagreements(applied, grad, inputs)
             if bad.size:
                 at = int(bad[0])
                 raise ProbeFailure(

@@ -1,0 +1,57 @@
+"""Environment names: a gymnax name, or a *variant* of one with some `EnvParams` changed.
+
+Names only (no gymnax, no JAX), so grid levels (levels.py), suites and the evaluation settings
+read them without the environments that environments.py builds from them.
+"""
+
+from __future__ import annotations
+
+import re
+
+from metarl.errors import USAGE, MetarlError
+
+
+class UnknownEnvironment(MetarlError, ValueError):
+    """An environment gymnax does not have, or one metarl's discrete PPO cannot train on."""
+
+    exit_code = USAGE
+
+
+VARIANT_SEPARATOR = ":"
+
+
+def split_variant(name: str) -> tuple[str, dict[str, float]]:
+    """A variant name's gymnax environment and parameter changes.
+
+    A *variant* is a gymnax environment with some of its `EnvParams` changed, written
+    `Base:field=value+field=value` (e.g. `CartPole-v1:gravity=15+force_mag=7`): the same
+    dynamics family at another parameterisation, which is how a suite's validation role asks
+    "does it generalise beyond the exact training environment" without a new code path.
+
+    Args:
+        name: an environment name, plain (`CartPole-v1`) or a variant.
+
+    Returns:
+        (the gymnax name, field -> value); the dict is empty for a plain name.
+
+    Raises:
+        UnknownEnvironment: a malformed change (not `field=number`).
+    """
+    base, _, changes = name.partition(VARIANT_SEPARATOR)
+    params: dict[str, float] = {}
+    for change in filter(None, (c.strip() for c in re.split(r"\+(?=[A-Za-z_])", changes))):
+        field, equals, value = change.partition("=")
+        try:
+            if not equals:
+                raise ValueError(change)
+            params[field.strip()] = float(value)
+        except ValueError:
+            raise UnknownEnvironment(
+                f"malformed environment variant {name!r}: write {base}:field=number+field=number"
+            ) from None
+    return base, params
+
+
+def base_name(name: str) -> str:
+    """The gymnax environment a (possibly variant) name runs."""
+    return split_variant(name)[0]

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import hashlib
 
-from metarl.evaluation.outcome import EnvScore, Outcome, score_roles
+from metarl.evaluation.outcome import EnvScore, Outcome
+from metarl.evaluation.roles import score_roles
 from metarl.evaluation.seeds import pinned_extension
 from metarl.evaluation.settings import plan_runs
 from metarl.tasks import get_task

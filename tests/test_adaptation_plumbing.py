@@ -21,7 +21,6 @@ from metarl.archives import SCHEMA_VERSION, Archive
 from metarl.archives.schema import MIGRATIONS
 from metarl.archives.store import decode_outcome
 from metarl.cli.candidate import _adaptation_cell
-from metarl.evaluation.cascade import _reference
 from metarl.evaluation.outcome import (
     MAX_ADAPTATION_POINTS,
     EnvScore,
@@ -31,6 +30,7 @@ from metarl.evaluation.outcome import (
     env_score,
     parse_outcome,
 )
+from metarl.evaluation.references import baseline_reference
 from metarl.report.adaptation import (
     SCRATCH_LABEL,
     AdaptationCurve,
@@ -143,14 +143,14 @@ def test_a_baseline_reference_holds_one_curve_per_seed_even_from_an_older_cache(
             "scratch": [[1.5, math.nan]],
         },
     ]
-    reference = _reference(runs, 0.0)
+    reference = baseline_reference(runs, 0.0)
     assert reference.run["adaptation"] == [[1.0, 2.0], [None, None], [3.0, None]]
     assert reference.run["scratch"] == [[0.5, 1.0], [None, None], [1.5, None]]
     assert EnvRun(**reference.run).adaptation_mean == [2.0, 2.0]
     assert EnvRun(**reference.run).scratch_mean == [1.0, 1.0]
     plain = [{k: v for k, v in r.items() if k not in ("adaptation", "scratch")} for r in runs]
-    assert _reference(plain, 0.0).run["adaptation"] == []
-    assert _reference(plain, 0.0).run["scratch"] == []
+    assert baseline_reference(plain, 0.0).run["adaptation"] == []
+    assert baseline_reference(plain, 0.0).run["scratch"] == []
 
 
 def _run(**extra) -> dict:

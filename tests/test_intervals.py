@@ -13,7 +13,8 @@ from conftest import invoke
 
 from metarl.archives import SCHEMA_VERSION, Archive
 from metarl.archives.queries import leaderboard
-from metarl.evaluation.outcome import Outcome, aggregate_intervals, env_score
+from metarl.evaluation.outcome import Outcome, env_score
+from metarl.evaluation.roles import aggregate_intervals
 from metarl.rl.scoring import aggregate
 
 pytestmark = pytest.mark.usefixtures("restore_logging")

@@ -18,7 +18,6 @@ from metarl.archives import SCHEMA_VERSION, Archive
 from metarl.archives.schema import MIGRATIONS
 from metarl.archives.store import decode_outcome
 from metarl.evaluation.batch_training import verify_outcome
-from metarl.evaluation.cascade import _reference
 from metarl.evaluation.outcome import (
     MalformedResult,
     Outcome,
@@ -26,6 +25,7 @@ from metarl.evaluation.outcome import (
     parse_outcome,
     positive_value_loss_of,
 )
+from metarl.evaluation.references import baseline_reference
 from metarl.evaluation.settings import CascadeSettings, Reference, plan_runs
 from metarl.rl.components import Components
 from metarl.rl.configs import default_config
@@ -124,7 +124,7 @@ def test_a_baseline_reference_holds_each_seeds_value_even_from_an_older_cache():
         {"seeds": [0], "final_returns": [10.0], "curve": [1.0], "positive_value_loss": [0.2]},
         {"seeds": [1], "final_returns": [12.0], "curve": [2.0]},  # cached before the field
     ]
-    reference = _reference(runs, 0.0)
+    reference = baseline_reference(runs, 0.0)
     assert reference.run["positive_value_loss"] == [0.2, None]
 
 

@@ -10,10 +10,10 @@ from metarl.evaluation import baseline_cache
 from metarl.evaluation.outcome import (
     MalformedResult,
     Outcome,
-    aggregate_intervals,
     env_score,
     parse_outcome,
 )
+from metarl.evaluation.roles import aggregate_intervals
 from metarl.rl.configs import default_config
 from metarl.rl.scoring import (
     aggregate,

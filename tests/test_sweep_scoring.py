@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from metarl.discovery.config import ConfigError, DiscoverConfig
-from metarl.evaluation.outcome import EnvScore, Outcome, score_roles
-from metarl.evaluation.roles import rate_scores
+from metarl.evaluation.outcome import EnvScore, Outcome
+from metarl.evaluation.roles import rate_scores, score_roles
 from metarl.evaluation.settings import CascadeSettings, plan_runs, validate
 from metarl.evaluation.stages import group_by_config
 from metarl.rl.configs import default_config

@@ -67,8 +67,8 @@ from metarl.evaluation.outcome import (
     Outcome,
     env_score,
     parse_outcome,
-    score_roles,
 )
+from metarl.evaluation.roles import score_roles
 from metarl.evaluation.sandbox import WorkerResult
 from metarl.evaluation.settings import CascadeSettings, PlannedRun, Reference, plan_runs
 

@@ -39,7 +39,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from metarl.evaluation.outcome import EnvScore, Outcome, score_roles
+from metarl.evaluation.outcome import EnvScore, Outcome
+from metarl.evaluation.roles import score_roles
 from metarl.evaluation.sandbox import WorkerResult, run_job
 from metarl.evaluation.seeds import SeedSource
 from metarl.evaluation.settings import SandboxLimits

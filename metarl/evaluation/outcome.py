@@ -6,14 +6,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, fields
-from typing import Sequence
 
 import numpy as np
 
 from metarl.evaluation.near_duplicates import BEHAVIOUR_SIZE
-from metarl.evaluation.roles import env_per_seed
 from metarl.rl.scoring import (
-    aggregate,
     bootstrap_interval,
     normalised_score,
     per_seed_normalised,
@@ -97,7 +94,7 @@ class Outcome:
     fitness: float | None = None  # aggregate normalised score over the training envs
     heldout: float | None = None  # aggregate over the test envs; never used for selection
     # 95% bootstrap intervals [low, high] of `fitness` and `heldout` over the training seeds
-    # (seeds resampled jointly across envs; `aggregate_intervals`); None with one seed
+    # (seeds resampled jointly across envs; `roles.aggregate_intervals`); None with one seed
     fitness_ci: list[float] | None = None
     heldout_ci: list[float] | None = None
     # aggregate over the validation envs (what decides the incumbent), and its interval
@@ -371,84 +368,6 @@ def _published(value) -> dict[str, float | None]:
         score = _number(score, "published score", allow_none=True)
         out[label] = score if score is None or math.isfinite(score) else None
     return out
-
-
-def _role_envs(env_scores: Sequence[EnvScore], role: str) -> dict[str, list[EnvScore]]:
-    """The role's full-stage scores by env, in order (several per env when rates were swept)."""
-    out: dict[str, list[EnvScore]] = {}
-    for score in env_scores:
-        if score.stage == "full" and score.role == role:
-            out.setdefault(score.env, []).append(score)
-    return out
-
-
-def _env_value(scores: list[EnvScore], aggregation: str) -> tuple[float | None, object]:
-    """An env's score and its per-seed scores (None when undefined): the unswept env's own
-    `normalised`; a swept env's by `roles.env_per_seed`."""
-    runs = [(s.returns, s.baseline_mean, s.random_mean) for s in scores]
-    per_seed = env_per_seed(runs, aggregation)
-    if len(scores) == 1:
-        return scores[0].normalised, per_seed
-    if per_seed is None:
-        return None, None
-    return float(np.mean(per_seed)), per_seed
-
-
-def role_intervals(
-    env_scores: Sequence[EnvScore], aggregation: str = "best"
-) -> dict[str, list[float] | None]:
-    """The 95% bootstrap interval of each role's aggregate score.
-
-    Over the same scores `score_roles` averages (the full-stage envs of the role whose
-    normalised score is defined), from each env's per-seed scores (`roles.env_per_seed`);
-    seeds are resampled jointly across envs (`metarl.rl.scoring.bootstrap_interval`), so the
-    interval is reproducible from the archive.
-
-    Returns:
-        role -> [low, high], or None (no such env, or one seed).
-    """
-    intervals: dict[str, list[float] | None] = {}
-    for role in ROLES:
-        per_seed = []
-        for scores in _role_envs(env_scores, role).values():
-            value, values = _env_value(scores, aggregation)
-            if value is not None and values is not None:
-                per_seed.append(values)
-        interval = bootstrap_interval(per_seed) if per_seed else None
-        intervals[role] = list(interval) if interval is not None else None
-    return intervals
-
-
-def aggregate_intervals(
-    env_scores: Sequence[EnvScore],
-) -> tuple[list[float] | None, list[float] | None]:
-    """The intervals of the train and test roles (`role_intervals`): (fitness_ci, heldout_ci)."""
-    intervals = role_intervals(env_scores)
-    return intervals["train"], intervals["test"]
-
-
-def score_roles(outcome: Outcome, aggregation: str = "best") -> None:
-    """Set a passed outcome's aggregate per role from its full-stage env scores, in place:
-    `fitness` (train), `validation` and `heldout` (test), each with its interval. A swept
-    env counts once, its rates combined by `aggregation` ("best" or "mean").
-
-    The one place the three numbers are computed: the trainer's report and the parent's
-    re-scoring of the raw returns both call it.
-    """
-    intervals = role_intervals(outcome.env_scores, aggregation)
-    values = {}
-    for role in ROLES:
-        envs = _role_envs(outcome.env_scores, role).values()
-        scores = [v for v in (_env_value(s, aggregation)[0] for s in envs) if v is not None]
-        value = aggregate(scores) if scores else None
-        values[role] = value if value is not None and math.isfinite(value) else None
-    outcome.fitness, outcome.fitness_ci = values["train"], intervals["train"]
-    outcome.validation, outcome.validation_ci = values["validation"], intervals["validation"]
-    outcome.heldout, outcome.heldout_ci = values["test"], intervals["test"]
-    named = (("train", "fitness"), ("validation", "validation"), ("test", "heldout"))
-    for role, attribute in named:
-        if values[role] is None:
-            setattr(outcome, f"{attribute}_ci", None)
 
 
 def env_score(

@@ -8,15 +8,20 @@ that rliable-style estimators take: rounds stacked as more runs, each seed's ret
 normalised against its own round's baseline on those seeds (the paired design), and an
 environment whose score is undefined in any round (a baseline no better than random) left
 out whole.
+
+It also computes an outcome's aggregate per role with its interval (`score_roles`): the one
+place the train, validation and test numbers are made from an outcome's env scores.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Mapping, Sequence
 
 import numpy as np
 
-from metarl.rl.scoring import per_seed_normalised
+from metarl.evaluation.outcome import ROLES, EnvScore, Outcome
+from metarl.rl.scoring import aggregate, bootstrap_interval, per_seed_normalised
 from metarl.rl.statistics import Estimate, iqm_interval
 
 # one run of an env at one learning rate: (per-seed returns, baseline mean, random mean)
@@ -188,3 +193,81 @@ def identical_returns(rows_a: Sequence[Mapping], rows_b: Sequence[Mapping]) -> i
     if any(a[key] != b[key] for key in shared):
         return 0
     return sum(len(a[key]) for key in shared)
+
+
+def _role_envs(env_scores: Sequence[EnvScore], role: str) -> dict[str, list[EnvScore]]:
+    """The role's full-stage scores by env, in order (several per env when rates were swept)."""
+    out: dict[str, list[EnvScore]] = {}
+    for score in env_scores:
+        if score.stage == "full" and score.role == role:
+            out.setdefault(score.env, []).append(score)
+    return out
+
+
+def _env_value(scores: list[EnvScore], aggregation: str) -> tuple[float | None, object]:
+    """An env's score and its per-seed scores (None when undefined): the unswept env's own
+    `normalised`; a swept env's by `env_per_seed`."""
+    runs = [(s.returns, s.baseline_mean, s.random_mean) for s in scores]
+    per_seed = env_per_seed(runs, aggregation)
+    if len(scores) == 1:
+        return scores[0].normalised, per_seed
+    if per_seed is None:
+        return None, None
+    return float(np.mean(per_seed)), per_seed
+
+
+def role_intervals(
+    env_scores: Sequence[EnvScore], aggregation: str = "best"
+) -> dict[str, list[float] | None]:
+    """The 95% bootstrap interval of each role's aggregate score.
+
+    Over the same scores `score_roles` averages (the full-stage envs of the role whose
+    normalised score is defined), from each env's per-seed scores (`env_per_seed`);
+    seeds are resampled jointly across envs (`metarl.rl.scoring.bootstrap_interval`), so the
+    interval is reproducible from the archive.
+
+    Returns:
+        role -> [low, high], or None (no such env, or one seed).
+    """
+    intervals: dict[str, list[float] | None] = {}
+    for role in ROLES:
+        per_seed = []
+        for scores in _role_envs(env_scores, role).values():
+            value, values = _env_value(scores, aggregation)
+            if value is not None and values is not None:
+                per_seed.append(values)
+        interval = bootstrap_interval(per_seed) if per_seed else None
+        intervals[role] = list(interval) if interval is not None else None
+    return intervals
+
+
+def aggregate_intervals(
+    env_scores: Sequence[EnvScore],
+) -> tuple[list[float] | None, list[float] | None]:
+    """The intervals of the train and test roles (`role_intervals`): (fitness_ci, heldout_ci)."""
+    intervals = role_intervals(env_scores)
+    return intervals["train"], intervals["test"]
+
+
+def score_roles(outcome: Outcome, aggregation: str = "best") -> None:
+    """Set a passed outcome's aggregate per role from its full-stage env scores, in place:
+    `fitness` (train), `validation` and `heldout` (test), each with its interval. A swept
+    env counts once, its rates combined by `aggregation` ("best" or "mean").
+
+    The one place the three numbers are computed: the trainer's report and the parent's
+    re-scoring of the raw returns both call it.
+    """
+    intervals = role_intervals(outcome.env_scores, aggregation)
+    values = {}
+    for role in ROLES:
+        envs = _role_envs(outcome.env_scores, role).values()
+        scores = [v for v in (_env_value(s, aggregation)[0] for s in envs) if v is not None]
+        value = aggregate(scores) if scores else None
+        values[role] = value if value is not None and math.isfinite(value) else None
+    outcome.fitness, outcome.fitness_ci = values["train"], intervals["train"]
+    outcome.validation, outcome.validation_ci = values["validation"], intervals["validation"]
+    outcome.heldout, outcome.heldout_ci = values["test"], intervals["test"]
+    named = (("train", "fitness"), ("validation", "validation"), ("test", "heldout"))
+    for role, attribute in named:
+        if values[role] is None:
+            setattr(outcome, f"{attribute}_ci", None)

@@ -23,8 +23,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from metarl.evaluation.near_duplicates import BehaviourIndex, behaviour_descriptor, near_reason
-from metarl.evaluation.outcome import EnvScore, Outcome, env_score, score_roles
+from metarl.evaluation.outcome import EnvScore, Outcome, env_score
 from metarl.evaluation.preflight import compile_group
+from metarl.evaluation.roles import score_roles
 from metarl.evaluation.settings import CascadeSettings, PlannedRun, plan_runs
 from metarl.evaluation.tracing import (  # the tracer's half; re-exported for older callers
     StageFailure,

@@ -46,7 +46,7 @@ import json
 import logging
 import math
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -57,6 +57,7 @@ from metarl.errors import USAGE, MetarlError
 from metarl.evaluation.outcome import STAGES, Outcome
 from metarl.grpo import prompts as prompt_plan
 from metarl.grpo.rewards import PASS_STAGES, passed_stages, reward_of
+from metarl.grpo.rows import DPOPair, Example, ExportResult, GRPORow, Message, SFTRow
 from metarl.tasks import UnknownTask, get_task
 from metarl.tasks.base import Task
 
@@ -69,8 +70,6 @@ CALL, RENDERED = "call", "rendered"  # where an example's prompt and reply come 
 PASSING = "passed"
 FAILING = ("failed", "no_code")  # statuses a dpo pair may reject (a verdict on the reply)
 
-Message = dict[str, str]
-
 
 class ExportError(MetarlError):
     """A run has nothing to export in the asked format, or the file cannot be written."""
@@ -80,97 +79,6 @@ class ExportOptionError(MetarlError, ValueError):
     """A bad export option (format, margin, stage) or a bad dataset file; one line."""
 
     exit_code = USAGE
-
-
-@dataclass(frozen=True)
-class Example:
-    """One archived candidate as a training example.
-
-    Attributes:
-        proposal: the archived candidate.
-        prompt: the chat messages it was (or would have been) asked.
-        completion: its reply, one assistant message.
-        source: CALL or RENDERED.
-        outcome: its verdict, test role removed.
-    """
-
-    proposal: ArchivedProposal
-    prompt: list[Message]
-    completion: list[Message]
-    source: str
-    outcome: Outcome
-
-
-@dataclass(frozen=True)
-class SFTRow:
-    """A prompt-completion row of trl's SFTTrainer, with what the pair came from."""
-
-    prompt: list[Message]
-    completion: list[Message]
-    candidate_id: str
-    run_id: str
-    source: str
-    model: str | None
-    stage: str | None
-    fitness: float | None
-
-
-@dataclass(frozen=True)
-class DPOPair:
-    """A preference row of trl's DPOTrainer: two siblings' replies, the better one chosen."""
-
-    prompt: list[Message]
-    chosen: list[Message]
-    rejected: list[Message]
-    chosen_id: str
-    rejected_id: str
-    parent_ids: list[str]
-    measure: str  # validation, confirmed, fitness, or passed (the rejected one failed)
-    chosen_score: float | None
-    rejected_score: float | None
-    same_prompt: bool
-    source: str  # the chosen one's
-    rejected_source: str
-
-
-@dataclass(frozen=True)
-class GRPORow:
-    """A prompt row of trl's GRPOTrainer with the archived completion and its reward."""
-
-    prompt: list[Message]
-    completion: list[Message]
-    reward: float
-    label: str  # rewards.reward_of's: scored, duplicate, static, probes, short, full, ...
-    candidate_id: str
-    run_id: str
-    parent_ids: list[str]
-    status: str
-    stage: str | None
-    fitness: float | None
-    source: str
-    model: str | None
-
-
-@dataclass
-class ExportResult:
-    """What an export wrote.
-
-    Attributes:
-        format: sft, dpo or grpo.
-        path: the JSONL file.
-        rows: rows written.
-        from_calls: rows whose (chosen) prompt and reply are an archived LLM call.
-        rendered: rows rendered from the archive.
-        skipped: candidates of the run that are no example (a model that never answered, no
-            program, a prompt that cannot be rendered).
-    """
-
-    format: str
-    path: Path
-    rows: int
-    from_calls: int
-    rendered: int
-    skipped: int = 0
 
 
 # -- examples ----------------------------------------------------------------------------------

@@ -196,12 +196,14 @@ def test_discover_help_shows_the_config_defaults():
         ("--budget", DiscoverConfig.budget),
         ("--workers", DiscoverConfig.workers),
         ("--seeds", DiscoverConfig.seeds),
-        ("--timesteps", DiscoverConfig.timesteps),
         ("--children", DiscoverConfig.children),
         ("--islands", DiscoverConfig.islands),
         ("--population", DiscoverConfig.population),
     ):
         assert f"[default: {value}]" in lines[option], lines[option]
+    # the budget's default is the protocol's on its own suite, else the suite's (Suite.budget)
+    assert DiscoverConfig.timesteps is None
+    assert "the protocol's on its suite" in lines["--timesteps"]
     for option in ("--max-cost", "--max-time"):  # no default: no limit (budgets count work)
         assert "[default:" not in lines[option], lines[option]
     # the options still default to None, so that a --config file can set them

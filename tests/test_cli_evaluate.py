@@ -100,8 +100,8 @@ def test_candidate_prints_stay_out_of_the_json(tmp_path):
     [
         (["evaluate", "does/not/exist.py", "--task", "drift"], "no such file: does/not/exist.py"),
         (
-            ["evaluate", "{seed}", "--task", "value_loss"],
-            "unknown task 'value_loss'; choose one of: drift, optimizer",
+            ["evaluate", "{seed}", "--task", "critic"],
+            "unknown task 'critic'; choose one of: drift, optimizer, value_loss",
         ),
         (["evaluate", "{seed}", "--task", "drift", "--suite", "atari"], "unknown suite 'atari'"),
         (["evaluate", "{seed}", "--task", "drift", "--seeds", "0"], "--seeds must be at least 1"),
@@ -140,7 +140,8 @@ def test_missing_task_option_is_a_usage_error():
     result = invoke("evaluate", str(CORPUS / "import_os.py"))
     assert result.exit_code == 2
     assert result.stderr.strip() == (
-        "metarl evaluate: error: --task: which contract the files implement (drift, optimizer, lpg)"
+        "metarl evaluate: error: --task: which contract the files implement "
+        "(drift, optimizer, value_loss, lpg)"
     )
 
 

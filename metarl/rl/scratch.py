@@ -11,9 +11,9 @@ updates, so both curves share one x-axis: RL²'s rounds are its trial's episodes
 MAML's are its inner steps (its episodes per step each).
 
 Its loss is PPO's (loss.py) with one slot fixed (`FIXED_SLOTS`): the value loss is plain
-squared error, as the reference has always been trained (full-batch epochs on one round's
-data, where clipping toward the round's own values would only slow the critic). The
-meta-learners call it with the default components: the reference is PPO's, not the candidate's.
+squared error, as the reference has always been trained (kept so that its curves stay the
+ones recorded; a clipped critic here was not measured). The meta-learners call it with the
+default components: the reference is PPO's, not the candidate's.
 """
 
 from __future__ import annotations

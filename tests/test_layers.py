@@ -174,3 +174,48 @@ def test_no_import_cycle_anywhere_in_metarl():
         if node not in index:
             strong(node)
     assert cycles == []
+
+
+def _task_names() -> set[str]:
+    from metarl.tasks import known_task_names
+
+    return set(known_task_names())
+
+
+def test_no_layer_outside_tasks_compares_a_task_name():
+    """What a task is (its slot, whether it is a network, its reference) is read from its
+    declaration; `task == "drift"` elsewhere is a place a new task silently skips."""
+    names = _task_names()
+    found = []
+    for path in MODULES:
+        if module_name(path).startswith("metarl.tasks"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Compare):
+                continue
+            for side in [node.left, *node.comparators]:
+                constants = (
+                    side.elts if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else [side]
+                )
+                for constant in constants:
+                    if isinstance(constant, ast.Constant) and constant.value in names:
+                        found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}")
+    assert found == []
+
+
+def test_no_module_over_600_lines_and_no_cli_function_over_120():
+    """A room a reader takes in at once: a module is one idea, a command parses, builds its
+    options and calls the layer below."""
+    long_files = [
+        f"{path.relative_to(PACKAGE.parent)} ({n})"
+        for path in MODULES
+        if (n := len(path.read_text().splitlines())) > 600
+    ]
+    long_functions = [
+        f"{path.name}:{node.name} ({node.end_lineno - node.lineno + 1})"
+        for path in sorted((PACKAGE / "cli").glob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.end_lineno - node.lineno + 1 > 120
+    ]
+    assert (long_files, long_functions) == ([], [])

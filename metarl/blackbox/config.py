@@ -24,6 +24,7 @@ from metarl.evaluation.seeds import SeedError, parse_seed_values
 from metarl.evaluation.settings import CascadeSettings, SandboxLimits
 from metarl.rl.curriculum import CURRICULA
 from metarl.rl.suites import SUITES, UnknownSuite, get_suite
+from metarl.tasks import get_network_task, is_network_task, network_task_names
 
 
 class ESConfigError(MetarlError, ValueError):
@@ -35,9 +36,6 @@ class ESConfigError(MetarlError, ValueError):
 # options a resume may change
 BUDGETS = ("generations", "max_time", "timeout", "memory_mb", "unsafe_no_sandbox")
 
-# the Learned Policy Gradient task (blackbox/lpg_es.py): its network is searched by the ES on
-# level distributions, with a curriculum
-LPG_TASK = "lpg"
 # options only an LPG run reads (left out of other runs' hashes, so their resumes still match)
 LPG_OPTIONS = (
     "curriculum",
@@ -49,14 +47,9 @@ LPG_OPTIONS = (
     "eval_updates",
 )
 
-# (sigma, sigma_decay, sigma_floor, lr, lr_decay, lr_floor) per task. drift and optimizer:
-# Goldie et al.'s black-box LPO. lpg: GROOVE's LPG-ES with its published correction
-# (learning rate 1e-2, sigma 1e-1, no sigma decay; lr x0.999 per generation down to 1e-5).
-ES_SCHEDULES = {
-    "drift": (0.03, 0.99, 0.01, 0.03, 0.99, 0.001),
-    "optimizer": (0.03, 0.99, 0.01, 0.03, 0.99, 0.001),
-    LPG_TASK: (0.1, 1.0, 0.1, 0.01, 0.999, 1e-5),
-}
+# (sigma, sigma_decay, sigma_floor, lr, lr_decay, lr_floor) of the program families' ES:
+# Goldie et al.'s black-box LPO. A network task declares its own (tasks/lpg: GROOVE's LPG-ES).
+FAMILY_SCHEDULE = (0.03, 0.99, 0.01, 0.03, 0.99, 0.001)
 SCHEDULE_FIELDS = ("sigma", "sigma_decay", "sigma_floor", "lr", "lr_decay", "lr_floor")
 
 
@@ -69,7 +62,7 @@ class ESConfig:
     generations: int = 20
     # the meta-network's width; None: the task's (LPO 128, OPEN-lite 16, LPG's GRU 32)
     hidden: int | None = None
-    # None: the task's schedule (ES_SCHEDULES)
+    # None: the task's schedule (FAMILY_SCHEDULE, or a network task's own)
     sigma: float | None = None
     sigma_decay: float | None = None
     sigma_floor: float | None = None
@@ -112,21 +105,29 @@ class ESConfig:
             raise ESConfigError(str(error)) from error
         if config.seed_values is not None:
             config.train_seeds = len(config.seed_values)
-        if config.task not in FAMILIES and config.task != LPG_TASK:
+        network = is_network_task(config.task)
+        if config.task not in FAMILIES and not network:
+            searched = [f"{name} ({family.network})" for name, family in FAMILIES.items()]
+            searched += [
+                f"{name} ({get_network_task(name).summary})" for name in network_task_names()
+            ]
             raise ESConfigError(
-                f"black-box ES meta-learns the drift (LPO), optimizer (OPEN-lite) or lpg "
-                f"(Learned Policy Gradient) task, not {config.task!r}"
+                f"black-box ES meta-learns {', '.join(searched)}; not {config.task!r}"
             )
+        declared = get_network_task(config.task) if network else None
         if config.hidden is None:
-            config.hidden = 32 if config.task == LPG_TASK else FAMILIES[config.task].default_hidden
-        for name, default in zip(SCHEDULE_FIELDS, ES_SCHEDULES[config.task]):
+            config.hidden = (
+                declared.default_hidden if declared else FAMILIES[config.task].default_hidden
+            )
+        schedule = declared.es_schedule if declared else FAMILY_SCHEDULE
+        for name, default in zip(SCHEDULE_FIELDS, schedule):
             if getattr(config, name) is None:
                 setattr(config, name, default)
         try:
             suite = get_suite(config.suite)
         except UnknownSuite as error:
             raise ESConfigError(str(error).strip("'\"")) from error
-        if config.task == LPG_TASK:
+        if network:
             _check_lpg(config, suite)
         checks = [
             (config.population >= 2 and config.population % 2 == 0, "--population must be even"),
@@ -162,7 +163,7 @@ class ESConfig:
 
     def hash(self) -> str:
         """What defines the search (a resume must match it); budgets and limits may change."""
-        skip = BUDGETS if self.task == LPG_TASK else BUDGETS + LPG_OPTIONS
+        skip = BUDGETS if is_network_task(self.task) else BUDGETS + LPG_OPTIONS
         fields = {k: v for k, v in self.to_dict().items() if k not in skip}
         return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 

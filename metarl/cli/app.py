@@ -11,7 +11,7 @@ from __future__ import annotations
 import typer
 
 import metarl
-from metarl.cli import archive, discover, evaluate, export, grpo, methods, report
+from metarl.cli import archive, discover, discover_options, evaluate, export, grpo, methods, report
 from metarl.cli.errors import Group
 from metarl.evaluation.text import printable
 from metarl.logs import log_to_stderr, scrub_records_with
@@ -47,7 +47,7 @@ def root(
 
 
 app.command("evaluate")(evaluate.evaluate)
-app.command("discover", cls=discover.DiscoverCommand)(discover.discover)
+app.command("discover", cls=discover_options.DiscoverCommand)(discover.discover)
 app.command("resume")(discover.resume)
 app.command("es")(methods.es)
 app.command("distil")(methods.distil)

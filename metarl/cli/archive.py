@@ -23,7 +23,7 @@ from metarl.cli.options import (
 )
 from metarl.evaluation.text import printable
 from metarl.logs import run_log_path
-from metarl.tasks import task_names
+from metarl.tasks import known_task_names
 
 
 def _open(path: str):
@@ -36,11 +36,10 @@ def _open(path: str):
 
 def _check_names(task: str | None, suite: str | None) -> None:
     """A usage error for a filter that names no task (UserError) or no suite (UnknownSuite)."""
-    # lazy: the LPG config imports jax; `metarl --help` stays fast
-    from metarl.blackbox.config import LPG_TASK
+    # lazy: suites read configs (jax); `metarl --help` stays fast
     from metarl.rl.suites import get_suite
 
-    known = [*task_names(), LPG_TASK]
+    known = known_task_names()
     if task and task not in known:
         raise UserError(f"unknown task {task!r}; choose one of: {', '.join(known)}")
     if suite:

@@ -6,23 +6,20 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Optional
 
 import typer
-from typer.core import TyperCommand
 
+from metarl.cli import discover_options as flags
 from metarl.cli.console import console, say
 from metarl.cli.errors import UserError
-from metarl.cli.formats import fmt_duration
 from metarl.cli.options import (
     RUN_LEADERBOARD_ROWS,
     archive_hint,
     archive_option,
     interrupts_stop_cleanly,
     parse_duration,
-    parse_seed_values,
     seed_values_option,
-    task_list,
     verbose_option,
 )
 from metarl.cli.progress import Display, print_interrupted, print_run_report
@@ -33,179 +30,52 @@ from metarl.logs import log_to_stderr
 logger = logging.getLogger(__name__)
 
 
-class DiscoverCommand(TyperCommand):
-    """`metarl discover`, whose help shows each option's default from DiscoverConfig, the one
-    copy of a run's defaults.
-
-    The options themselves default to None (so that a `--config` file can fill them), and the
-    config is read only when the help is shown: `metarl.discovery.config` imports the sandbox's
-    modules, the suites and numpy (no jax), a few tenths of a second that `metarl --help` and
-    every other command would otherwise pay at start-up.
-    """
-
-    def format_help(self, ctx, formatter) -> None:
-        # lazy: the config imports the sandbox's modules and numpy; only this help needs them
-        from metarl.discovery.config import DiscoverConfig
-
-        defaults = DiscoverConfig()
-        shown = {}
-        for param in self.params:
-            value = getattr(defaults, param.name or "", None)
-            if param.default is None and value is not None and value != []:
-                shown[param] = fmt_duration(value) if param.name == "max_time" else value
-        for param, value in shown.items():  # for the help only; parsing never sees these
-            param.default = value
-        try:
-            super().format_help(ctx, formatter)
-        finally:
-            for param in shown:
-                param.default = None
-
-
 def discover(
-    task: Optional[str] = typer.Option(None, "--task", help=f"What to discover: {task_list()}."),
-    suite: Optional[str] = typer.Option(
-        None,
-        "--suite",
-        help="Environment suite (smoke, classic, minatar, ...; a task family with --meta).",
-    ),
-    meta: Optional[str] = typer.Option(
-        None,
-        "--meta",
-        help="Score on a task family by adaptation: rl2 (the candidate is RL²'s outer PPO) or "
-        "maml (the candidate optimizer is MAML's inner rule).",
-    ),
-    proposer: Optional[str] = typer.Option(None, "--proposer", help="mutation (offline) or llm."),
-    budget: Optional[int] = typer.Option(
-        None, "--budget", help="Candidates to propose (seeds not counted)."
-    ),
+    ctx: typer.Context,
+    task: flags.TaskOption = None,
+    suite: flags.SuiteOption = None,
+    meta: flags.MetaOption = None,
+    proposer: flags.ProposerOption = None,
+    budget: flags.BudgetOption = None,
     archive: str = archive_option(),
-    workers: Optional[int] = typer.Option(
-        None, "--workers", help="Concurrent evaluations (one per GPU, or Ray tasks per batch)."
-    ),
-    executor: Optional[str] = typer.Option(
-        None, "--executor", help="Where sandboxed workers run: local (this machine) or ray."
-    ),
-    ray_address: Optional[str] = typer.Option(
-        None, "--ray-address", help="The Ray cluster: auto or HOST:PORT (with --executor ray)."
-    ),
-    devices: Optional[str] = typer.Option(
-        None,
-        "--devices",
-        help="GPUs to pin local workers to, one each: 0,1,2,3 (CUDA_VISIBLE_DEVICES values).",
-    ),
-    rng_seed: Optional[int] = typer.Option(None, "--rng-seed", help="RNG seed of the search."),
-    config_file: Optional[Path] = typer.Option(
-        None, "--config", help="TOML file with defaults for these options."
-    ),
-    resume: Optional[str] = typer.Option(
-        None, "--resume", help="Continue run RUN exactly where it stopped."
-    ),
-    max_time: Optional[str] = typer.Option(
-        None, "--max-time", help="Wall-time cap (none by default; after generation 1): 10m, 1h."
-    ),
-    max_cost: Optional[float] = typer.Option(None, "--max-cost", help="LLM cost budget in USD."),
-    seeds: Optional[int] = typer.Option(None, "--seeds", help="Training seeds per evaluation."),
+    workers: flags.WorkersOption = None,
+    executor: flags.ExecutorOption = None,
+    ray_address: flags.RayAddressOption = None,
+    devices: flags.DevicesOption = None,
+    rng_seed: flags.RngSeedOption = None,
+    config_file: flags.ConfigFileOption = None,
+    resume: flags.ResumeOption = None,
+    max_time: flags.MaxTimeOption = None,
+    max_cost: flags.MaxCostOption = None,
+    seeds: flags.SeedsOption = None,
     seed_values: Optional[str] = seed_values_option(),
-    timesteps: Optional[int] = typer.Option(
-        None,
-        "--timesteps",
-        help="Per-environment training budget; default: the protocol's on its suite (quick: "
-        "1e5 on classic), else the suite's own, as `metarl evaluate` trains it; 0 = the suite's.",
-    ),
-    children: Optional[int] = typer.Option(None, "--children", help="Children per generation."),
-    islands: Optional[int] = typer.Option(None, "--islands", help="Number of islands."),
-    population: Optional[int] = typer.Option(None, "--population", help="Members kept per island."),
-    guidance_every: Optional[int] = typer.Option(
-        None,
-        "--guidance-every",
-        help="Rewrite the prompt's what-worked/what-failed notes from the archive every N "
-        "generations (the LLM with --proposer llm, else a rule); 0: never.",
-    ),
-    confirm: Optional[bool] = typer.Option(
-        None,
-        "--confirm/--no-confirm",
-        help="Race a new best against the incumbent on the validation envs (fresh seeds) "
-        "before it takes its place; --no-confirm: the best training score wins.",
-    ),
-    confirm_seeds: Optional[int] = typer.Option(
-        None, "--confirm-seeds", help="Fresh seeds per validation round (default: 2 x --seeds)."
-    ),
-    race_seeds: Optional[int] = typer.Option(
-        None, "--race-seeds", help="The most validation seeds a contender gets in a race."
-    ),
-    lr_sweep: Optional[str] = typer.Option(
-        None,
-        "--lr-sweep",
-        help="Sweep the learning rate: 5 (a log grid around each env's tuned rate) or "
-        "1e-4,3e-4,1e-3; one compiled program, the baseline swept alike.",
-    ),
-    lr_aggregation: Optional[str] = typer.Option(
-        None, "--lr-aggregation", help="A swept env's score: best (DiscoBench) or mean."
-    ),
-    curriculum: Optional[str] = typer.Option(
-        None,
-        "--curriculum",
-        help="Draw each generation's training envs from the suite's distribution (grid-small, "
-        "grid-random, cartpole-params): uniform, plr (positive value loss) or groove "
-        "(regret against the baseline).",
-    ),
-    curriculum_levels: Optional[int] = typer.Option(
-        None, "--curriculum-levels", help="Training envs drawn per generation (default: 4)."
-    ),
-    protocol: Optional[str] = typer.Option(
-        None,
-        "--protocol",
-        help="Evaluation protocol: quick (CPU demo) or discobench (MinAtar, 8 seeds, "
-        "LR sweep; a GPU). Explicit options override it.",
-    ),
-    heldout: Optional[bool] = typer.Option(
-        None, "--heldout/--no-heldout", help="Score held-out environments (leaderboard only)."
-    ),
-    skip_short: Optional[bool] = typer.Option(
-        None, "--skip-short/--no-skip-short", help="Skip the cascade's short run."
-    ),
-    timeout: Optional[float] = typer.Option(
-        None, "--timeout", help="Per-evaluation time limit in seconds."
-    ),
-    unsafe_no_sandbox: Optional[bool] = typer.Option(
-        None,
-        "--unsafe-no-sandbox",
-        help="Run candidate code WITHOUT bubblewrap (it can then read this machine's files "
-        "and keys). Only where bwrap cannot run.",
-    ),
-    model: List[str] = typer.Option(
-        [], "--model", help="LLM PROVIDER/MODEL[:weight], repeatable (--proposer llm)."
-    ),
-    api_base: Optional[str] = typer.Option(
-        None, "--api-base", help="OpenAI-compatible server URL (--proposer llm)."
-    ),
-    mode: Optional[str] = typer.Option(
-        None, "--mode", help="population or conversation (--proposer llm)."
-    ),
-    model_choice: Optional[str] = typer.Option(
-        None,
-        "--model-choice",
-        help="How each LLM call's model is picked among several --model: bandit (Thompson "
-        "sampling on improvement per dollar, per second for unpriced models) or weights "
-        "(the fixed :weight shares).",
-    ),
-    llm_timeout: Optional[float] = typer.Option(
-        None, "--llm-timeout", help="Seconds per LLM call."
-    ),
-    max_concurrency: Optional[int] = typer.Option(
-        None, "--max-concurrency", help="Concurrent LLM calls."
-    ),
-    temperature: Optional[float] = typer.Option(
-        None, "--temperature", help="LLM sampling temperature."
-    ),
-    live: Optional[bool] = typer.Option(
-        None, "--live/--no-live", help="Live display (default: on a terminal, unless -v)."
-    ),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="Only print the final leaderboard."),
-    report: bool = typer.Option(
-        False, "--report", help="Write the run's HTML report (report-RUN.html) when it ends."
-    ),
+    timesteps: flags.TimestepsOption = None,
+    children: flags.ChildrenOption = None,
+    islands: flags.IslandsOption = None,
+    population: flags.PopulationOption = None,
+    guidance_every: flags.GuidanceEveryOption = None,
+    confirm: flags.ConfirmOption = None,
+    confirm_seeds: flags.ConfirmSeedsOption = None,
+    race_seeds: flags.RaceSeedsOption = None,
+    lr_sweep: flags.LrSweepOption = None,
+    lr_aggregation: flags.LrAggregationOption = None,
+    curriculum: flags.CurriculumOption = None,
+    curriculum_levels: flags.CurriculumLevelsOption = None,
+    protocol: flags.ProtocolOption = None,
+    heldout: flags.HeldoutOption = None,
+    skip_short: flags.SkipShortOption = None,
+    timeout: flags.TimeoutOption = None,
+    unsafe_no_sandbox: flags.UnsafeNoSandboxOption = None,
+    model: flags.ModelOption = None,
+    api_base: flags.ApiBaseOption = None,
+    mode: flags.ModeOption = None,
+    model_choice: flags.ModelChoiceOption = None,
+    llm_timeout: flags.LlmTimeoutOption = None,
+    max_concurrency: flags.MaxConcurrencyOption = None,
+    temperature: flags.TemperatureOption = None,
+    live: flags.LiveOption = None,
+    quiet: flags.QuietOption = False,
+    report: flags.ReportOption = False,
     verbose: bool = verbose_option(),
 ) -> None:
     """Run the evolutionary search: propose programs, evaluate them, archive everything.
@@ -228,53 +98,7 @@ def discover(
       metarl discover --config discover.toml
     """
     log_to_stderr(verbose)
-    duration = parse_duration(max_time)
-    overrides: dict[str, Any] = {
-        "budget": budget,
-        "workers": workers,
-        "executor": executor,
-        "ray_address": ray_address,
-        "devices": _devices(devices),
-        "max_cost": max_cost,
-        "api_base": api_base,
-        "llm_timeout": llm_timeout,
-        "max_concurrency": max_concurrency,
-        "timeout": timeout,
-        "unsafe_no_sandbox": unsafe_no_sandbox or None,
-    }
-    if max_time is not None:
-        overrides["max_time"] = duration
-    if meta is not None:
-        # lazy: the suites module is light, but keep the CLI's import time as it is
-        from metarl.rl.suites import meta_suite_name
-
-        suite = meta_suite_name(suite or "", meta)
-    fixed = {
-        "task": task,
-        "suite": suite,
-        "proposer": proposer,
-        "rng_seed": rng_seed,
-        "seeds": seeds,
-        "seed_values": parse_seed_values(seed_values),
-        "timesteps": timesteps,
-        "children": children,
-        "islands": islands,
-        "population": population,
-        "guidance_every": guidance_every,
-        "mode": mode,
-        "model_choice": model_choice,
-        "models": list(model) or None,
-        "confirm": confirm,
-        "confirm_seeds": confirm_seeds,
-        "race_seeds": race_seeds,
-        "lr_sweep": lr_sweep,
-        "lr_aggregation": lr_aggregation,
-        "curriculum": curriculum,
-        "curriculum_levels": curriculum_levels,
-        "protocol": protocol,
-        "heldout": heldout,
-        "skip_short": skip_short,
-    }
+    overrides, fixed = flags.split_options(ctx.params)
     if resume and config_file is not None:
         raise UserError(
             "--config cannot be combined with --resume: a run keeps its settings "
@@ -284,19 +108,9 @@ def discover(
         config = _resume_config(archive, resume, overrides, fixed)
     else:
         config = _collect(config_file, {**fixed, "temperature": temperature, **overrides})
-    if max_time is not None and duration is None:  # "--max-time none" lifts the limit
+    if max_time is not None and overrides["max_time"] is None:  # "--max-time none" lifts it
         config.max_time = None
     run_discovery(config, archive, resume, live, quiet, verbose, report)
-
-
-def _devices(text: str | None) -> list[str] | None:
-    """ "0,1,2" -> ["0", "1", "2"]; None when not given."""
-    if text is None:
-        return None
-    devices = [d.strip() for d in text.split(",") if d.strip()]
-    if not devices:
-        raise UserError("--devices needs at least one device, e.g. --devices 0,1")
-    return devices
 
 
 def resume(

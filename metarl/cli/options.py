@@ -58,10 +58,10 @@ def seed_values_option() -> Any:
     )
 
 
-def task_list() -> str:
-    """The registry's task names for an option's help, e.g. "drift or optimizer" (the names
-    alone: listing them imports no task package, so no jax)."""
-    *rest, last = task_names()
+def task_list(names: list[str] | None = None) -> str:
+    """Task names for an option's help, e.g. "drift, optimizer or value_loss" (default: the
+    registry's program tasks; the names alone: listing them imports no task package, no jax)."""
+    *rest, last = task_names() if names is None else names
     return f"{', '.join(rest)} or {last}" if rest else last
 
 

@@ -18,6 +18,7 @@ from rich.text import Text
 from metarl.cli.console import cells, console, err_console, say, untrusted
 from metarl.cli.formats import fmt_compact, fmt_interval, fmt_published, fmt_seconds
 from metarl.evaluation.text import printable
+from metarl.tasks import reference_names
 
 STAGE_LABELS = {
     "static": "static check",
@@ -122,10 +123,8 @@ def print_outcome(outcome, path: Path, task: str, settings) -> None:
     title = f"{path.name} · task {task} · suite {settings.suite} · {settings.seeds} seed{plural}"
     if outcome.env_scores:
         console.print(_scores_table(outcome, title))
-        # an LPG network's reference is the actor-critic, not a seed program (rl/lpg_agent.py)
-        reference, short = (
-            ("the actor-critic", "actor-critic") if task == "lpg" else ("baseline seed", "baseline")
-        )
+        # a network task's reference is its own (LPG's actor-critic), not a seed program
+        reference, short = reference_names(task)
         say(
             f"normalised = (return - random policy) / ({reference} - random policy), same seeds "
             "and budget; "

@@ -49,9 +49,10 @@ from metarl.rl.lpg import LPGFormatError, read_lpg_source
 from metarl.rl.lpg_agent import AgentConfig, lifetime_from_seed
 from metarl.rl.scoring import normalised_score
 from metarl.rl.suites import Suite
+from metarl.tasks.lpg import TASK as LPG
 
 logger = logging.getLogger(__name__)
-JOB_KIND = "lpg"  # the sandbox worker's job that trains agents with an LPG network
+JOB_KIND = "train-lpg"  # the sandbox worker's job that trains agents with an LPG network
 
 
 def env_lifetime(
@@ -146,7 +147,7 @@ class LPGEvaluator:
     def evaluate_batch(
         self,
         sources: Sequence[str],
-        task: str = "lpg",
+        task: str = LPG.name,
         progress: Callable[[int, str], None] | None = None,
         **_,
     ) -> list[Outcome]:
@@ -178,7 +179,7 @@ class LPGEvaluator:
         plan = self.plan()
         job = {
             "kind": JOB_KIND,
-            "task": JOB_KIND,
+            "task": LPG.name,
             "source": source,
             "seeds": seeds.as_list(),
             "num_envs": self.num_envs,
@@ -243,7 +244,7 @@ def _outcome(result: WorkerResult, plan: list[PlannedLPGRun], seeds) -> Outcome:
 
 
 def train_lpg_job(job: dict, report: Callable[..., None]) -> dict:
-    """The worker's side (job kind "lpg", a trainer: metarl's code on the candidate's data):
+    """The worker's side (job kind "train-lpg", a trainer: metarl's code on the candidate's data):
     read the network again, train agents with it, the actor-critic reference and a uniform
     policy on the planned environments and seeds.
 

@@ -200,7 +200,7 @@ def run(job: dict, report) -> dict:
     kind = job.get("kind")
     if kind == "introspect":
         return stages.introspect()
-    if kind == "lpg":  # an LPG network: data trained by metarl's code (lpg_evaluation.py)
+    if kind == "train-lpg":  # an LPG network: data trained by metarl's code (lpg_evaluation.py)
         # lazy: as above, nothing of metarl before the rlimits
         from metarl.evaluation.lpg_evaluation import train_lpg_job
 

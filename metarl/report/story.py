@@ -35,7 +35,6 @@ from metarl.archives.report_rows import (
     run_points,
 )
 from metarl.archives.store import Archive
-from metarl.blackbox.config import LPG_TASK
 from metarl.discovery.novelty import summary_line
 from metarl.evaluation.text import redact_config, redact_secrets
 from metarl.report.curves import Curves, curves_of, quantile
@@ -57,15 +56,20 @@ from metarl.report.points import (
 )
 from metarl.report.programs import Program, program_of
 from metarl.report.settings import ReportSettings
-from metarl.tasks import UnknownTask, get_task
+from metarl.tasks import UnknownTask, get_network_task, get_task, is_network_task
 from metarl.tasks.candidate import source_hash
 
 if TYPE_CHECKING:  # annotation only: adaptation.py and models.py import this module
     from metarl.report.adaptation import AdaptationCurve
     from metarl.report.models import ModelsSection
 
-# what a task's normalised scores are relative to (1.0), as the page says it
-REFERENCES = {LPG_TASK: "the reference (actor-critic)"}
+
+def reference_of(task: str) -> str:
+    """What a task's normalised scores are relative to (1.0), as the page says it: PPO with
+    the baseline program, or the reference a network task declares (LPG's actor-critic)."""
+    if is_network_task(task):
+        return f"the reference ({get_network_task(task).reference_short})"
+    return "PPO"
 
 
 @dataclass
@@ -150,7 +154,7 @@ class RunStory:
     curriculum: list[CurriculumGeneration] = field(default_factory=list)
     # an LPG run's best export on the test role (the held-out tabular levels, Catch, CartPole)
     heldout_levels: Curves | None = None
-    reference: str = "PPO"  # what normalised scores are relative to (REFERENCES)
+    reference: str = "PPO"  # what normalised scores are relative to (reference_of)
     # a meta-RL run's adaptation curves on the held-out roles (report/adaptation.py, which
     # page.write_report attaches); empty for runs without them
     adaptation: list[AdaptationCurve] = field(default_factory=list)
@@ -311,7 +315,7 @@ def run_story(archive: Archive, run_id: str, settings: ReportSettings) -> RunSto
     notes = []
     task = run.get("task") or ""
     baseline = _baseline_id(archive, run, top, rows)
-    if top and not baseline and task != LPG_TASK:  # an LPG's reference is no program
+    if top and not baseline and not is_network_task(task):  # its reference is no program
         notes.append(
             "the baseline program was not evaluated at the top candidates' setting in this "
             "archive, so its learning curves are not drawn"
@@ -320,7 +324,7 @@ def run_story(archive: Archive, run_id: str, settings: ReportSettings) -> RunSto
     chosen = run_incumbent(archive, run_id)  # the one the header, the CLI and the board name
     incumbent = incumbent_line(run, points, chosen)
     best = chosen.id if chosen else None
-    levels_of = best if task == LPG_TASK and best else None
+    levels_of = best if is_network_task(task) and best else None
     evaluations = full_evaluations(
         archive, curve_ids + ([levels_of] if levels_of and levels_of not in curve_ids else [])
     )
@@ -386,5 +390,5 @@ def run_story(archive: Archive, run_id: str, settings: ReportSettings) -> RunSto
             history or list(state.get("curriculum_history") or []), distribution_of(header.suite)
         ),
         heldout_levels=heldout_levels,
-        reference=REFERENCES.get(task, "PPO"),
+        reference=reference_of(task),
     )

@@ -15,12 +15,17 @@ from metarl.rl.meta_names import METHOD_SLOTS
 
 if TYPE_CHECKING:
     from metarl.tasks.base import SeedProgram, Task
+    from metarl.tasks.network import NetworkTask
 
 # task name -> the sub-package whose TASK it is, in the order the names are listed
 _PACKAGES = {
     "drift": "metarl.tasks.drift",
     "optimizer": "metarl.tasks.optimizer",
     "value_loss": "metarl.tasks.value_loss",
+}
+# task name -> the sub-package of a task whose candidate is data (a network), not a program
+_NETWORK_PACKAGES = {
+    "lpg": "metarl.tasks.lpg",
 }
 
 
@@ -38,6 +43,45 @@ def get_task(name: str) -> Task:
     if name not in _PACKAGES:
         raise UnknownTask(f"unknown task {name!r}; choose one of: {', '.join(_PACKAGES)}")
     return importlib.import_module(_PACKAGES[name]).TASK
+
+
+def network_task_names() -> list[str]:
+    """The tasks whose candidate is a network's weights (tasks/network.py), e.g. lpg."""
+    return list(_NETWORK_PACKAGES)
+
+
+def known_task_names() -> list[str]:
+    """Every task a command or an archive may name: the program tasks, then the network ones."""
+    return [*_PACKAGES, *_NETWORK_PACKAGES]
+
+
+def is_network_task(name: str) -> bool:
+    """Whether `name`'s candidate is data trained by metarl's code rather than a program."""
+    return name in _NETWORK_PACKAGES
+
+
+def get_network_task(name: str) -> NetworkTask:
+    if name not in _NETWORK_PACKAGES:
+        raise UnknownTask(f"{name!r} is no network task; those are: {', '.join(_NETWORK_PACKAGES)}")
+    return importlib.import_module(_NETWORK_PACKAGES[name]).TASK
+
+
+def check_known(name: str) -> None:
+    """UnknownTask (one line listing every task) unless `name` is a program or network task."""
+    if name not in _PACKAGES and name not in _NETWORK_PACKAGES:
+        raise UnknownTask(f"unknown task {name!r}; choose one of: {', '.join(known_task_names())}")
+
+
+def reference_names(name: str) -> tuple[str, str]:
+    """What `name`'s scores are normalised against: (in prose, in a table's column).
+
+    A program task's reference is its baseline seed program; a network task declares its own
+    (LPG's is the actor-critic).
+    """
+    if name in _NETWORK_PACKAGES:
+        task = get_network_task(name)
+        return task.reference, task.reference_short
+    return "baseline seed", "baseline"
 
 
 def distillable_tasks() -> list[str]:
@@ -88,8 +132,14 @@ __all__ = [
     "SeedProgram",
     "Task",
     "UnknownTask",
+    "check_known",
     "distillable_tasks",
+    "get_network_task",
     "get_task",
+    "is_network_task",
+    "known_task_names",
     "meta_task_problem",
+    "network_task_names",
+    "reference_names",
     "task_names",
 ]

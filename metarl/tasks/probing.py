@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 CANDIDATE_FILENAME = "<candidate>"
@@ -138,6 +139,111 @@ def check_array(
             f"{what} has dtype {np.dtype(got_dtype).name}{context}; expected {np.dtype(dtype).name}"
         )
     return np.asarray(value)
+
+
+def _close(got: Any, expected: np.ndarray) -> bool:
+    got = np.asarray(got, np.float64)
+    return got.shape == expected.shape and np.allclose(
+        got, expected, rtol=1e-4, atol=1e-5, equal_nan=True
+    )
+
+
+def check_same_in_2d(
+    name: str, applied: Callable, inputs: Sequence[np.ndarray], reference: np.ndarray, rows: int = 8
+) -> None:
+    """An elementwise function gives the same values when its 1-D inputs are laid out in 2-D.
+
+    Args:
+        name: the function's name in messages (drift, value_loss).
+        applied: the jitted candidate on the per-sample arrays (static arguments bound).
+        inputs: its 1-D per-sample arrays; reference: its float64 values on them.
+        rows: the 2-D layout's rows (the batch must divide by it).
+
+    Raises:
+        ProbeFailure: an exception, a result of another shape or dtype, or other values.
+    """
+    grid = (rows, len(reference) // rows)
+    out = call(
+        f"calling {name} on 2-D inputs of shape {grid}",
+        applied,
+        *(jnp.asarray(x.reshape(grid)) for x in inputs),
+        expected=f"an array of the inputs' shape {grid}",
+    )
+    values = check_array(out, f"{name}'s result", grid, context=f" for inputs of shape {grid}")
+    if not _close(values.ravel(), reference):
+        raise ProbeFailure(
+            f"{name} is not elementwise: reshaping the inputs to 2-D changed the values of the "
+            "same samples (no reductions over the batch, no dependence on positions or shapes)"
+        )
+
+
+def check_independent_samples(
+    name: str,
+    applied: Callable,
+    inputs: Sequence[np.ndarray],
+    reference: np.ndarray,
+    rng: np.random.Generator,
+    arguments: str,
+) -> None:
+    """Each output element depends only on the same element of the inputs: permuting the
+    samples permutes the values, and removing half leaves the others' values.
+
+    Args:
+        name, applied, inputs, reference: as `check_same_in_2d`.
+        rng: draws the permutation; arguments: the inputs' names in the message.
+
+    Raises:
+        ProbeFailure: an exception, or values that moved.
+    """
+    permutation = rng.permutation(len(reference))
+    out = call(
+        f"calling {name} on permuted inputs",
+        applied,
+        *(jnp.asarray(x[permutation]) for x in inputs),
+    )
+    half = len(reference) // 2
+    head = call(
+        f"calling {name} on the first half of the minibatch",
+        applied,
+        *(jnp.asarray(x[:half]) for x in inputs),
+    )
+    if not _close(out, reference[permutation]) or not _close(head, reference[:half]):
+        raise ProbeFailure(
+            f"{name} is not elementwise: permuting the samples or removing some changed the "
+            f"values of the others; each output element may depend only on the same element of "
+            f"{arguments} (no means, sums, norms, sorting or positions)"
+        )
+
+
+def check_vmaps(
+    name: str,
+    function: Callable,
+    inputs: Sequence[np.ndarray],
+    reference: np.ndarray,
+    rows: int = 4,
+) -> None:
+    """`jax.vmap` of the candidate over a leading axis gives its values (the meta-learners and
+    the batched trainer vmap it over members, seeds and tasks).
+
+    Args:
+        name, inputs, reference: as `check_same_in_2d`.
+        function: the candidate on the per-sample arrays (static arguments bound), not jitted.
+
+    Raises:
+        ProbeFailure: an exception, a result of another shape or dtype, or other values.
+    """
+    grid = (rows, len(reference) // rows)
+    out = call(
+        f"calling jax.vmap({name}) over a leading axis (inputs of shape {grid})",
+        jax.jit(jax.vmap(function)),
+        *(jnp.asarray(x.reshape(grid)) for x in inputs),
+    )
+    values = check_array(out, f"{name}'s result under jax.vmap", grid)
+    if not _close(values.ravel(), reference):
+        raise ProbeFailure(
+            f"{name} is not elementwise: it gives different values under jax.vmap than without "
+            "it (no reductions over the batch)"
+        )
 
 
 def first_nonfinite(values: np.ndarray) -> int | None:

@@ -53,6 +53,9 @@ from metarl.tasks.probing import (
     ProbeReport,
     call,
     check_array,
+    check_independent_samples,
+    check_same_in_2d,
+    check_vmaps,
     first_nonfinite,
     run_checks,
     slope_disagreements,
@@ -60,6 +63,7 @@ from metarl.tasks.probing import (
 
 EPSILON = 0.2  # the trainer's clip_eps default; passed as a static Python float, as in training
 BATCH = 64
+ARGUMENTS = "ratio and advantage"  # what each output element may depend on
 NEGATIVE_TOLERANCE = 1e-5
 ZERO_TOLERANCE = 1e-5
 GRADIENT_TOLERANCE = 1e-4
@@ -171,21 +175,7 @@ def probes(drift: Callable, rng_seed: int) -> ProbeReport:
         state["values"] = check_array(
             state["out"], "drift's result", shape, context=f" for ratio of shape {shape}"
         ).astype(np.float64)
-        grid = (8, BATCH // 8)
-        out2 = call(
-            f"calling drift on 2-D inputs of shape {grid}",
-            applied,
-            jnp.asarray(ratio.reshape(grid)),
-            jnp.asarray(advantage.reshape(grid)),
-            expected=EXPECTED_SHAPE,
-        )
-        values2 = check_array(out2, "drift's result", grid, context=f" for ratio of shape {grid}")
-        if not np.allclose(values2.ravel(), state["values"], rtol=1e-4, atol=1e-5, equal_nan=True):
-            raise ProbeFailure(
-                "drift is not elementwise: it gives different values for the same (ratio, "
-                "advantage) pairs when the inputs are reshaped to 2-D (no reductions over the "
-                "batch, no dependence on positions or shapes)"
-            )
+        check_same_in_2d("drift", applied, (ratio, advantage), state["values"])
 
     def finite(warnings):
         state["training_values"] = [
@@ -206,52 +196,13 @@ def probes(drift: Callable, rng_seed: int) -> ProbeReport:
                 )
 
     def elementwise(warnings):
-        permutation = np.random.default_rng(rng_seed + 1).permutation(shape[0])
-        out = call(
-            "calling drift on permuted inputs",
-            applied,
-            jnp.asarray(ratio[permutation]),
-            jnp.asarray(advantage[permutation]),
-        )
-        values = np.asarray(out, dtype=np.float64)
-        if not np.allclose(values, state["values"][permutation], rtol=1e-4, atol=1e-5):
-            raise ProbeFailure(
-                "drift is not elementwise: permuting the samples of the minibatch changed their "
-                "drift values; each output element may depend only on the same element of ratio "
-                "and advantage (no means, sums, sorting or positions)"
-            )
-        half = shape[0] // 2
-        out = call(
-            "calling drift on the first half of the minibatch",
-            applied,
-            jnp.asarray(ratio[:half]),
-            jnp.asarray(advantage[:half]),
-        )
-        values = np.asarray(out, dtype=np.float64)
-        if values.shape != (half,) or not np.allclose(
-            values, state["values"][:half], rtol=1e-4, atol=1e-5
-        ):
-            raise ProbeFailure(
-                "drift is not elementwise: the drift of a sample changed when other samples were "
-                "removed from the minibatch; each output element may depend only on the same "
-                "element of ratio and advantage (no means, sums, norms or other reductions)"
-            )
+        rng = np.random.default_rng(rng_seed + 1)
+        inputs = (ratio, advantage)
+        check_independent_samples("drift", applied, inputs, state["values"], rng, ARGUMENTS)
 
     def vmaps(warnings):
-        grid = (4, BATCH // 4)
-        batched = jax.jit(jax.vmap(lambda ratio, advantage: drift(ratio, advantage, EPSILON)))
-        out = call(
-            f"calling jax.vmap(drift) over a leading axis (inputs of shape {grid})",
-            batched,
-            jnp.asarray(ratio.reshape(grid)),
-            jnp.asarray(advantage.reshape(grid)),
-        )
-        values = check_array(out, "drift's result under jax.vmap", grid)
-        if not np.allclose(values.ravel(), state["values"], rtol=1e-4, atol=1e-5, equal_nan=True):
-            raise ProbeFailure(
-                "drift is not elementwise: it gives different values under jax.vmap than "
-                "without it (no reductions over the batch)"
-            )
+        unjitted = lambda ratio, advantage: drift(ratio, advantage, EPSILON)  # noqa: E731
+        check_vmaps("drift", unjitted, (ratio, advantage), state["values"])
 
     def gradient(warnings):
         grad = jax.jit(jax.grad(lambda ratio, advantage: jnp.sum(drift(ratio, advantage, EPSILON))))

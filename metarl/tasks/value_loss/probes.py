@@ -34,6 +34,9 @@ from metarl.tasks.probing import (
     ProbeReport,
     call,
     check_array,
+    check_independent_samples,
+    check_same_in_2d,
+    check_vmaps,
     first_nonfinite,
     run_checks,
     slope_disagreements,
@@ -41,6 +44,7 @@ from metarl.tasks.probing import (
 
 EPSILON = 0.2  # the trainer's clip_eps default, static as in training
 BATCH = 64
+ARGUMENTS = "value, old_value and target"  # what each output element may depend on
 NEGATIVE_TOLERANCE = 1e-5
 PULL_TOLERANCE = 1e-5
 PULL_GAP = 0.1
@@ -116,21 +120,7 @@ def probes(value_loss: Callable, rng_seed: int) -> ProbeReport:
         state["values"] = [
             check_array(state["out"], "value_loss's result", shape).astype(np.float64)
         ]
-        grid = (8, BATCH // 8)
-        out = call(
-            f"calling value_loss on 2-D inputs of shape {grid}",
-            applied,
-            *(jnp.asarray(x.reshape(grid)) for x in batches[0]),
-            expected=EXPECTED_SHAPE,
-        )
-        values = check_array(out, "value_loss's result", grid, context=f" for inputs {grid}")
-        if not np.allclose(
-            values.ravel(), state["values"][0], rtol=1e-4, atol=1e-5, equal_nan=True
-        ):
-            raise ProbeFailure(
-                "value_loss is not elementwise: reshaping the inputs to 2-D changed the values "
-                "of the same samples (no reductions over the batch)"
-            )
+        check_same_in_2d("value_loss", applied, batches[0], state["values"][0])
 
     def finite(warnings):
         wide = call(
@@ -146,44 +136,14 @@ def probes(value_loss: Callable, rng_seed: int) -> ProbeReport:
                 )
 
     def elementwise(warnings):
-        permutation = np.random.default_rng([rng_seed, 9]).permutation(shape[0])
-        out = call(
-            "calling value_loss on permuted inputs",
-            applied,
-            *(jnp.asarray(x[permutation]) for x in batches[0]),
+        rng = np.random.default_rng([rng_seed, 9])
+        check_independent_samples(
+            "value_loss", applied, batches[0], state["values"][0], rng, ARGUMENTS
         )
-        half = shape[0] // 2
-        head = call(
-            "calling value_loss on the first half of the minibatch",
-            applied,
-            *(jnp.asarray(x[:half]) for x in batches[0]),
-        )
-        expected = state["values"][0]
-        if not np.allclose(
-            np.asarray(out, np.float64), expected[permutation], rtol=1e-4, atol=1e-5
-        ) or not (
-            np.shape(head) == (half,)
-            and np.allclose(np.asarray(head, np.float64), expected[:half], rtol=1e-4, atol=1e-5)
-        ):
-            raise ProbeFailure(
-                "value_loss is not elementwise: permuting the samples or removing some changed "
-                "the loss of the others; each output element may depend only on the same "
-                "element of value, old_value and target (no means, sums or positions)"
-            )
 
     def vmaps(warnings):
-        grid = (4, BATCH // 4)
-        batched = jax.jit(jax.vmap(lambda v, o, t: value_loss(v, o, t, EPSILON)))
-        out = call(
-            f"calling jax.vmap(value_loss) over a leading axis (inputs of shape {grid})",
-            batched,
-            *(jnp.asarray(x.reshape(grid)) for x in batches[0]),
-        )
-        values = check_array(out, "value_loss's result under jax.vmap", grid)
-        if not np.allclose(
-            values.ravel(), state["values"][0], rtol=1e-4, atol=1e-5, equal_nan=True
-        ):
-            raise ProbeFailure("value_loss gives different values under jax.vmap than without it")
+        unjitted = lambda v, o, t: value_loss(v, o, t, EPSILON)  # noqa: E731
+        check_vmaps("value_loss", unjitted, batches[0], state["values"][0])
 
     def finite_gradient(warnings):
         state["grads"] = []

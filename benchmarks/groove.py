@@ -7,7 +7,7 @@ sigma 0.1, lr 1e-2) on levels drawn from the suite's distribution; then the fina
 scored by the LPG evaluator (evaluation/lpg_evaluation.py) on the test role of the suite - the
 five tabular LPG levels, Catch and CartPole - on the same pinned evaluation seeds for every
 network, beside the reference actor-critic (same agent, lifetime and seeds: GROOVE's tuned
-agent: SGD 10 / 1 on grid levels, tuned on training draws (rl/lpg_agent.py), Adam 1e-3
+agent: SGD 10 / 1 on grid levels, tuned on training draws (rl/lpg/agent.py), Adam 1e-3
 elsewhere), the untrained LPG network
 (the ES's starting point) and the uniform random policy.
 
@@ -40,7 +40,7 @@ def meta_train(args, curriculum: str, seed: int):
     from metarl.blackbox.config import ESConfig
     from metarl.blackbox.es import es_generation, make_strategy
     from metarl.blackbox.lpg_es import LPGFitness
-    from metarl.rl.lpg import LPGShape, init_lpg
+    from metarl.rl.lpg.network import LPGShape, init_lpg
 
     config = ESConfig(
         task="lpg",
@@ -95,7 +95,7 @@ def main(argv=None) -> int:
 
     from metarl.evaluation.lpg_evaluation import LPGEvaluator
     from metarl.evaluation.seeds import SeedSource
-    from metarl.rl.lpg import init_lpg, lpg_source
+    from metarl.rl.lpg.network import init_lpg, lpg_source
     from metarl.rl.scoring import interquartile_mean
     from metarl.rl.suites import get_suite
 

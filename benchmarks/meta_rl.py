@@ -2,7 +2,7 @@
 read them against.
 
 Why: a meta-RL suite scores a candidate by the area under its adaptation curve on test-role
-tasks (meta_loop.py). That number means something only if the learners behind it show what
+tasks (rl/meta/loop.py). That number means something only if the learners behind it show what
 their papers showed: RL² (Duan et al. 2016) gets better over the episodes of a trial and beats a
 policy without memory; MAML (Finn et al. 2017) does better after one inner step than a policy
 jointly trained on all tasks and then given the same step ("pretrained"). This prints, per task
@@ -85,10 +85,10 @@ def scaled(name: str, scale: float):
 def learner_of(kind: str, family, args, role: str, inner_lr: float | None = None):
     """(config, MetaLearner) for a learner named in the tables."""
     from metarl.rl.components import Components
-    from metarl.rl.maml import make_maml_learner
-    from metarl.rl.meta_envs import maml_settings
+    from metarl.rl.meta.envs import maml_settings
+    from metarl.rl.meta.maml import make_maml_learner
+    from metarl.rl.meta.rl2 import make_rl2_learner
     from metarl.rl.ppo import learning_rate_schedule
-    from metarl.rl.rl2 import make_rl2_learner
 
     scale, tasks = args.timesteps_scale, args.eval_tasks
     if kind in ("RL²", "memoryless"):
@@ -121,7 +121,7 @@ def train(config, learner, role: str, seeds: list[int]):
     training entropy of the last logged chunk [S])."""
     import jax
 
-    from metarl.rl.meta_loop import make_meta_trainer
+    from metarl.rl.meta.loop import make_meta_trainer
     from metarl.rl.training import seed_keys
 
     trainer = make_meta_trainer(config, learner, role)
@@ -140,10 +140,10 @@ def train(config, learner, role: str, seeds: list[int]):
 
 
 def curve_keys(seeds: list[int], role: str):
-    """The curve key meta_loop.py gives each seed (so scratch sees the learners' tasks)."""
+    """The curve key rl/meta/loop.py gives each seed (so scratch sees the learners' tasks)."""
     import jax
 
-    from metarl.rl.meta_loop import ROLE_SALTS
+    from metarl.rl.meta.loop import ROLE_SALTS
 
     return [
         jax.random.fold_in(jax.random.split(jax.random.PRNGKey(s))[0], ROLE_SALTS[role])
@@ -170,7 +170,7 @@ def fixed_action_returns(family, count: int = 4096) -> np.ndarray:
     without memory; on point-tasks "stay" earns -20 E|goal| = -7.65 without adapting)."""
     import jax
 
-    from metarl.rl.meta_loop import ROLE_SALTS
+    from metarl.rl.meta.loop import ROLE_SALTS
 
     env = family.env
 
@@ -213,8 +213,8 @@ def paired(label: str, a, b, digits: int) -> str:
 
 
 def family_block(args, name: str, seeds: list[int]) -> None:
-    from metarl.rl.meta_envs import maml_settings, random_adaptation_return
-    from metarl.rl.meta_tasks import FAMILIES
+    from metarl.rl.meta.envs import maml_settings, random_adaptation_return
+    from metarl.rl.meta.tasks import FAMILIES
     from metarl.rl.scratch import ScratchSettings
 
     family = FAMILIES[name]
@@ -302,7 +302,7 @@ def family_block(args, name: str, seeds: list[int]) -> None:
 
 def tune(args, name: str, seeds: list[int]) -> None:
     """Second-order SGD MAML's train-role area at each candidate inner step."""
-    from metarl.rl.meta_tasks import FAMILIES
+    from metarl.rl.meta.tasks import FAMILIES
 
     family = FAMILIES[name]
     print(f"\n### {name}: MAML (2nd order, SGD) inner step on TRAIN-role tasks\n")

@@ -17,11 +17,11 @@ import pytest
 from jax import export as jax_export
 
 from metarl.evaluation.text import clean
-from metarl.rl import artifact
-from metarl.rl.artifact import ArtifactRejected
 from metarl.rl.components import Components
 from metarl.rl.configs import default_config
 from metarl.rl.training import run_training
+from metarl.rl.verifier import artifact
+from metarl.rl.verifier.artifact import ArtifactRejected
 from metarl.tasks import get_task, task_names
 from metarl.tasks.candidate import load_function
 

@@ -36,7 +36,7 @@ from metarl.evaluation.outcome import evaluator_fault
 from metarl.evaluation.preflight import baseline_artifact, call_sites, preflight
 from metarl.evaluation.settings import plan_runs
 from metarl.grpo.rewards import REWARDS, reward_of
-from metarl.rl import artifact
+from metarl.rl.verifier import artifact
 from metarl.tasks import get_task
 
 pytestmark = pytest.mark.timeout(1200)

@@ -11,10 +11,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from metarl.rl import artifact
 from metarl.rl.components import Components
 from metarl.rl.configs import default_config
 from metarl.rl.training import BatchProgram, run_training
+from metarl.rl.verifier import artifact
 from metarl.tasks import get_task
 from metarl.tasks.candidate import load_function
 

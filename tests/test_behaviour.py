@@ -1,4 +1,4 @@
-"""The trainer's behavioural checks of an artifact (rl/behaviour.py, tasks/behaviour.py).
+"""The trainer's behavioural checks of an artifact (rl/verifier/behaviour.py, tasks/behaviour.py).
 
 A compromised tracer sends any artifact, so these tests forge them the way such a tracer would
 (exported directly over the symbolic (n,) batch, not from a per-element function) and check
@@ -23,11 +23,11 @@ from metarl.blackbox.open_lite import open_lite_source
 from metarl.evaluation import stages
 from metarl.evaluation.outcome import Outcome
 from metarl.evaluation.settings import CascadeSettings, plan_runs
-from metarl.rl import artifact
-from metarl.rl.artifact import ArtifactRejected, Variant
-from metarl.rl.behaviour import BehaviourRejected, check_variants
 from metarl.rl.lpo import init_params as lpo_params
 from metarl.rl.trainers import make_trainer
+from metarl.rl.verifier import artifact
+from metarl.rl.verifier.artifact import ArtifactRejected, Variant
+from metarl.rl.verifier.behaviour import BehaviourRejected, check_variants
 from metarl.tasks import get_task
 from metarl.tasks.behaviour import check_artifact, example_rows, training_sizes
 from metarl.tasks.candidate import load_function

@@ -1,6 +1,6 @@
-"""Level samplers for curricula (metarl.rl.curriculum): PLR's weights against hand-computed
-vectors, the buffer's insertion rules, reproducibility and the JSON round trip, and the
-score functions. Fast: numpy only, tiny buffers."""
+"""Level samplers for curricula (metarl.rl.environments.curriculum): PLR's weights against
+hand-computed vectors, the buffer's insertion rules, reproducibility and the JSON round trip,
+and the score functions. Fast: numpy only, tiny buffers."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from metarl.errors import USAGE
-from metarl.rl.curriculum import (
+from metarl.rl.environments.curriculum import (
     CURRICULA,
     Curriculum,
     CurriculumConfig,

@@ -20,7 +20,7 @@ from metarl.evaluation.settings import CascadeSettings, plan_runs
 from metarl.rl.components import Components
 from metarl.rl.configs import default_config
 from metarl.rl.discobench import DISCOBENCH_GAMES, DISCOGEN_MINATAR_CONFIG
-from metarl.rl.environments import make_env
+from metarl.rl.environments.registry import make_env
 from metarl.rl.lr_sweep import parse_sweep
 from metarl.rl.networks import ActorCritic
 from metarl.rl.ppo import greedy_returns, make_train

@@ -10,10 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from metarl.rl import levels
 from metarl.rl.configs import default_config
-from metarl.rl.environments import UnknownEnvironment, make_env
-from metarl.rl.gridworld import (
+from metarl.rl.environments import levels
+from metarl.rl.environments.gridworld import (
     MAX_CELLS,
     MAX_OBJECTS,
     MAX_SIZE,
@@ -24,6 +23,7 @@ from metarl.rl.gridworld import (
     GridWorld,
     render_ascii,
 )
+from metarl.rl.environments.registry import UnknownEnvironment, make_env
 from metarl.rl.ppo import make_train
 
 UP, RIGHT, DOWN, LEFT = range(4)

@@ -1,5 +1,5 @@
-"""The Learned Policy Gradient (rl/lpg.py, rl/lpg_agent.py): what the network reads, what its
-targets do to an agent, and how a candidate network is read without being executed."""
+"""The Learned Policy Gradient (rl/lpg/network.py, rl/lpg/agent.py): what the network reads,
+what its targets do to an agent, and how a candidate network is read without being executed."""
 
 from __future__ import annotations
 
@@ -8,19 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from metarl.rl.gridworld import GridWorld
-from metarl.rl.levels import level_from_name
-from metarl.rl.lpg import (
-    LPGInputs,
-    LPGShape,
-    LPGTargets,
-    encode_lpg_weights,
-    init_lpg,
-    lpg_source,
-    lpg_targets,
-    read_lpg_source,
-)
-from metarl.rl.lpg_agent import (
+from metarl.rl.environments.gridworld import GridWorld
+from metarl.rl.environments.levels import level_from_name
+from metarl.rl.lpg.agent import (
     AgentConfig,
     AgentParams,
     Rollout,
@@ -30,6 +20,16 @@ from metarl.rl.lpg_agent import (
     lifetime_from_seed,
     lpg_loss,
     make_lpg_train,
+)
+from metarl.rl.lpg.network import (
+    LPGInputs,
+    LPGShape,
+    LPGTargets,
+    encode_lpg_weights,
+    init_lpg,
+    lpg_source,
+    lpg_targets,
+    read_lpg_source,
 )
 
 SHAPE = LPGShape(embedding_width=4, gru_width=8, target_width=3)

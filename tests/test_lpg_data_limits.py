@@ -25,7 +25,7 @@ from conftest import metarl_cli
 
 from metarl.evaluation.lpg_evaluation import LPGEvaluator
 from metarl.evaluation.seeds import SeedSource
-from metarl.rl.lpg import (
+from metarl.rl.lpg.network import (
     MAX_PARAMETERS,
     MAX_SOURCE_BYTES,
     LPGFormatError,

@@ -13,9 +13,9 @@ from metarl.blackbox.es import FAILED_FITNESS
 from metarl.blackbox.lpg_es import LPGFitness, LPGRun, antithetic_tasks, pair_centred
 from metarl.evaluation.lpg_evaluation import LPGEvaluator, env_lifetime
 from metarl.evaluation.seeds import SeedSource
-from metarl.rl.levels import level_from_name
-from metarl.rl.lpg import LPGShape, init_lpg, read_lpg_source
-from metarl.rl.lpg_agent import lifetime_from_seed
+from metarl.rl.environments.levels import level_from_name
+from metarl.rl.lpg.agent import lifetime_from_seed
+from metarl.rl.lpg.network import LPGShape, init_lpg, read_lpg_source
 from metarl.rl.suites import get_suite
 
 
@@ -85,7 +85,7 @@ def test_the_lpg_evaluator_refuses_a_program_without_training_it():
 @pytest.fixture
 def tiny_grid(monkeypatch):
     """grid-small with lifetimes of 5..10 updates and one draw per role: seconds per run."""
-    from metarl.rl.distributions import EnvDistribution
+    from metarl.rl.environments.distributions import EnvDistribution
     from metarl.rl.suites import SUITES, Suite
 
     distribution = EnvDistribution("grid-tiny", "Grid-small", lifetimes=(5, 10))

@@ -1,5 +1,5 @@
 """Meta-RL in the JAX rl layer: MAML (maml.py), RL² (rl2.py), their shared outer loop
-(meta_loop.py), the task families (meta_tasks.py), names and configs, and PPO from scratch.
+(rl/meta/loop.py), the task families (rl/meta/tasks.py), names and configs, and PPO from scratch.
 
 The seed notebook these replace had two bugs the tests here must catch: MAML's support and
 query sets were the pre-update policy's own actions (the meta-loss was exactly 0 every epoch),
@@ -20,13 +20,13 @@ import numpy as np
 import optax
 import pytest
 
-from metarl.rl import maml, rl2
 from metarl.rl.components import Components
 from metarl.rl.configs import MAML_SETTINGS, META_CONFIGS, default_config
-from metarl.rl.meta_envs import family_of, make_meta_env_trainer, maml_settings
-from metarl.rl.meta_loop import ROLE_SALTS, MetaLearner, MetaStats, make_meta_trainer
-from metarl.rl.meta_names import UnknownMetaEnv, parse_meta
-from metarl.rl.meta_tasks import FAMILIES, BanditTask, TaskFamily, TwoArmedBandit, sample_tasks
+from metarl.rl.meta import maml, rl2
+from metarl.rl.meta.envs import family_of, make_meta_env_trainer, maml_settings
+from metarl.rl.meta.loop import ROLE_SALTS, MetaLearner, MetaStats, make_meta_trainer
+from metarl.rl.meta.names import UnknownMetaEnv, parse_meta
+from metarl.rl.meta.tasks import FAMILIES, BanditTask, TaskFamily, TwoArmedBandit, sample_tasks
 from metarl.rl.networks import log_prob
 from metarl.rl.ppo import learning_rate_schedule
 from metarl.rl.scratch import ScratchSettings, scratch_curve

@@ -14,8 +14,8 @@ from conftest import invoke, metarl_cli
 from metarl.evaluation.settings import CascadeSettings
 from metarl.evaluation.stages import plan_runs, train_baselines
 from metarl.rl.configs import META_CONFIGS, default_config
-from metarl.rl.meta_names import MetaEnv, UnknownMetaEnv, parse_meta
-from metarl.rl.meta_tasks import FAMILIES
+from metarl.rl.meta.names import MetaEnv, UnknownMetaEnv, parse_meta
+from metarl.rl.meta.tasks import FAMILIES
 from metarl.rl.suites import (
     TASK_FAMILIES,
     UnknownSuite,

@@ -15,11 +15,12 @@ import numpy as np
 import optax
 import pytest
 
-from metarl.rl import maml, ppo, rl2, trainers
+from metarl.rl import ppo, trainers
 from metarl.rl.components import SLOT_NAMES, Components, ppo_clip_drift
 from metarl.rl.configs import default_config
 from metarl.rl.loss import ppo_loss
-from metarl.rl.meta_names import METHOD_SLOTS
+from metarl.rl.meta import maml, rl2
+from metarl.rl.meta.names import METHOD_SLOTS
 from metarl.rl.networks import entropy, log_prob
 from metarl.tasks import get_task, task_names
 from metarl.tasks.candidate import load_function

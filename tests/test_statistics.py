@@ -1,5 +1,5 @@
 """IQM, probability of improvement, their stratified-bootstrap intervals, and racing
-(metarl.rl.statistics). Fast: small matrices; the default 2000 resamples except where a
+(metarl.evaluation.statistics). Fast: small matrices; the default 2000 resamples except where a
 reference loop through rliable's own metric would be slow, and said so there."""
 
 from __future__ import annotations
@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 import rliable.metrics
 
-from metarl.rl.scoring import interquartile_mean
-from metarl.rl.statistics import (
+from metarl.evaluation.statistics import (
     BETTER,
     TIE,
     UNDECIDED,
@@ -23,6 +22,7 @@ from metarl.rl.statistics import (
     significantly_better,
     verdict,
 )
+from metarl.rl.scoring import interquartile_mean
 
 
 def column(*values: float) -> np.ndarray:

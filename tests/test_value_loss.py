@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from metarl.rl import artifact
+from metarl.rl.verifier import artifact
 from metarl.tasks import get_task, meta_task_problem
 from metarl.tasks.candidate import load_function
 from metarl.tasks.probing import register_candidate_source

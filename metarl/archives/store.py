@@ -28,7 +28,7 @@ from metarl.archives.connection import ArchiveConnection
 from metarl.archives.faults import ArchiveError
 from metarl.evaluation.outcome import EVALUATOR_FAULT, Outcome
 from metarl.evaluation.roles import role_matrix, summarise
-from metarl.rl.statistics import Estimate
+from metarl.evaluation.statistics import Estimate
 
 logger = logging.getLogger(__name__)
 # columns.py's helpers and faults.py's ArchiveError, which callers import from here

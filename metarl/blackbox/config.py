@@ -22,7 +22,7 @@ from metarl.blackbox.families import FAMILIES
 from metarl.errors import USAGE, MetarlError
 from metarl.evaluation.seeds import SeedError, parse_seed_values
 from metarl.evaluation.settings import CascadeSettings, SandboxLimits
-from metarl.rl.curriculum import CURRICULA
+from metarl.rl.environments.curriculum import CURRICULA
 from metarl.rl.suites import SUITES, UnknownSuite, get_suite
 from metarl.tasks import get_network_task, is_network_task, network_task_names
 
@@ -84,7 +84,7 @@ class ESConfig:
     memory_mb: int = SandboxLimits.memory_mb
     unsafe_no_sandbox: bool = False
     # the LPG task (LPG_OPTIONS)
-    curriculum: str = "uniform"  # uniform | plr | groove (rl/curriculum.py)
+    curriculum: str = "uniform"  # uniform | plr | groove (rl/environments/curriculum.py)
     buffer_size: int = 256  # levels the curriculum's buffer holds (GROOVE: 4000)
     replay_prob: float = 0.5  # chance a generation replays buffered levels
     staleness: float = 0.3  # PLR's staleness coefficient

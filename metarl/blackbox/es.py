@@ -225,7 +225,8 @@ class ESRunState:
     # (what `metarl report` plots; metadata, never a rank); an LPG run adds its curriculum's
     # draw and level buffer (blackbox/lpg_es.py)
     history: list = field(default_factory=list)
-    # an LPG run's curriculum (rl/curriculum.py `Curriculum.to_dict`) and reference cache
+    # an LPG run's curriculum (rl/environments/curriculum.py `Curriculum.to_dict`) and
+    # reference cache
     curriculum: dict | None = None
 
     def to_dict(self) -> dict:

@@ -1,7 +1,7 @@
 """LPG meta-trained by evolution strategies on grid levels, with a curriculum (GROOVE's LPG-ES).
 
 The ES (evosax's OpenAI-ES, blackbox/es.py: the same run lifecycle, state, resume and exports)
-searches the weights of the Learned Policy Gradient network (rl/lpg.py). One generation:
+searches the weights of the Learned Policy Gradient network (rl/lpg/network.py). One generation:
 
     tasks    = curriculum.draw(population / 2)         a task = (grid level, lifetime), by seed
     members  = ES.ask()                                antithetic pairs (i, i + population/2)
@@ -15,7 +15,7 @@ searches the weights of the Learned Policy Gradient network (rl/lpg.py). One gen
                actor-critic's positive value loss on the level; GROOVE: algorithmic regret,
                reference return - the pair's mean return
 
-The reference is the actor-critic of rl/lpg_agent.py (same agent, lifetime and seeds; GROOVE's
+The reference is the actor-critic of rl/lpg/agent.py (same agent, lifetime and seeds; GROOVE's
 A2C); it is trained once per level, the first time the level is drawn, and cached in the run
 state with the curriculum, so a replayed level costs only its LPG agents. Uniform sampling
 never trains it.
@@ -26,7 +26,7 @@ still has to learn there: a property of the level, where GROOVE's regret is a pr
 level *and* the current LPG.
 
 Every `export_every` generations the ES mean is written as an LPG candidate (data: sizes and
-weights, rl/lpg.py `lpg_source`) and scored by evaluation/lpg_evaluation.py on the suite's
+weights, rl/lpg/network.py `lpg_source`) and scored by evaluation/lpg_evaluation.py on the suite's
 train draws, validation draws and the test role (the tabular LPG levels, Catch, CartPole) on
 fresh recorded seeds; it is archived like any candidate (method es, task lpg).
 """
@@ -44,12 +44,12 @@ from metarl.blackbox.es import FAILED_FITNESS, ESError, ESRun, Generation
 from metarl.evaluation.lpg_evaluation import LPGEvaluator
 from metarl.evaluation.outcome import Outcome
 from metarl.evaluation.seeds import SeedSource
-from metarl.rl.curriculum import Curriculum, CurriculumConfig, Draw
-from metarl.rl.gridworld import GridWorld
-from metarl.rl.levels import DISTRIBUTIONS as LEVEL_DISTRIBUTIONS
-from metarl.rl.levels import sample_level
-from metarl.rl.lpg import LPGShape, init_lpg, lpg_source
-from metarl.rl.lpg_agent import AgentConfig, lifetime_from_seed, make_a2c_train, make_lpg_train
+from metarl.rl.environments.curriculum import Curriculum, CurriculumConfig, Draw
+from metarl.rl.environments.gridworld import GridWorld
+from metarl.rl.environments.levels import DISTRIBUTIONS as LEVEL_DISTRIBUTIONS
+from metarl.rl.environments.levels import sample_level
+from metarl.rl.lpg.agent import AgentConfig, lifetime_from_seed, make_a2c_train, make_lpg_train
+from metarl.rl.lpg.network import LPGShape, init_lpg, lpg_source
 from metarl.rl.suites import get_suite
 
 logger = logging.getLogger(__name__)

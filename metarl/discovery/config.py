@@ -104,8 +104,9 @@ class DiscoverConfig:
     lr_sweep: str | None = None
     lr_aggregation: str = CascadeSettings.lr_aggregation
     # draw each generation's training environments from the suite's distribution by a
-    # curriculum (rl/curriculum.py: uniform | plr | groove) instead of the suite's fixed ones;
-    # None: fixed. `curriculum_levels` per generation (default: as many as the suite lists).
+    # curriculum (rl/environments/curriculum.py: uniform | plr | groove) instead of the suite's
+    # fixed ones; None: fixed. `curriculum_levels` per generation (default: as many as the
+    # suite lists).
     curriculum: str | None = None
     curriculum_levels: int | None = None
     curriculum_buffer: int = 64
@@ -366,7 +367,7 @@ def _check_curriculum(config: DiscoverConfig, suite) -> None:
         ConfigError: one line for the user.
     """
     # lazy: numpy, as in `resolved`
-    from metarl.rl.curriculum import CURRICULA
+    from metarl.rl.environments.curriculum import CURRICULA
     from metarl.rl.suites import SUITES
 
     if config.curriculum not in CURRICULA:

@@ -1,9 +1,10 @@
 """Curriculum-driven discovery: each generation's training environments are drawn, not fixed.
 
-With `--curriculum uniform|plr|groove` on a suite of drawn environments (rl/distributions.py:
-random grid levels, CartPole's parameter ranges), a generation's children are trained and
-ranked on levels the curriculum (rl/curriculum.py) draws for that generation, and the levels
-are then scored from what the children did there:
+With `--curriculum uniform|plr|groove` on a suite of drawn environments
+(rl/environments/distributions.py: random grid levels, CartPole's parameter ranges), a
+generation's children are trained and ranked on levels the curriculum
+(rl/environments/curriculum.py) draws for that generation, and the levels are then scored
+from what the children did there:
 
 - uniform: fresh draws every generation, nothing kept;
 - plr: the children's positive value loss on the level (mean over children and seeds, from
@@ -28,7 +29,7 @@ from typing import Sequence
 import numpy as np
 
 from metarl.evaluation.outcome import Outcome
-from metarl.rl.curriculum import (
+from metarl.rl.environments.curriculum import (
     Curriculum,
     CurriculumConfig,
     Draw,

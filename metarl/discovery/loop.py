@@ -43,12 +43,11 @@ from metarl.discovery.config import DiscoverConfig
 from metarl.discovery.proposers.base import Proposal
 from metarl.discovery.runs import LoopError, RunBook, RunResult, Stop
 from metarl.discovery.state import STATE_VERSION, RunState, Slot
-from metarl.evaluation import roles
+from metarl.evaluation import roles, statistics
 from metarl.evaluation.near_duplicates import MAX_KNOWN_BEHAVIOURS, is_near
 from metarl.evaluation.outcome import Outcome
 from metarl.evaluation.seeds import draw_pool, pool_size
 from metarl.platform import device_description, evaluation_identity
-from metarl.rl import statistics
 from metarl.rl.lr_sweep import choose_lr, log_grid, parse_sweep
 from metarl.rl.suites import get_suite
 from metarl.tasks import get_task

@@ -35,7 +35,8 @@ def cascade_settings(
       one learning rate its validation rounds chose: `final_rate` = (a one-rate `lr_sweep`
       for explicit rates, or None; `lr_scale`, the multiplier of each env's tuned rate).
 
-    `train_envs`: a curriculum's draw, the training envs of a "child" batch (rl/curriculum.py).
+    `train_envs`: a curriculum's draw, the training envs of a "child" batch
+    (rl/environments/curriculum.py).
 
     Training seeds: the config's pinned values (a confirmation's extended past them), or
     drawn per batch from the run's secret `seed_pool` (evaluation/seeds.py)."""

@@ -83,8 +83,8 @@ class Plan:
     slots: list[Slot]
     # dialogue drained from the proposer while planning; archived with the next child
     messages: list[dict] = field(default_factory=list)
-    # a curriculum's draw for this generation (rl/curriculum.py `Draw` as a dict: seeds,
-    # replay, indices) and the training environments it names; None without a curriculum
+    # a curriculum's draw for this generation (rl/environments/curriculum.py `Draw` as a dict:
+    # seeds, replay, indices) and the training environments it names; None without a curriculum
     draw: dict | None = None
     train_envs: list[str] | None = None
 

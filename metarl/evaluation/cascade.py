@@ -57,7 +57,7 @@ probes and `jax.export` (limit `trace_timeout_s`, 60 s: a Python or trace-time i
 stops there), and sends back an artifact (or, for `Evaluator.sample`, a drift candidate's
 values and slopes on the distillation grid: tracing.sample_candidate, under the same limit); the
 *trainer*, which never runs candidate Python,
-verifies the artifact (rl/artifact.py), probes it again on inputs the tracer never saw,
+verifies the artifact (rl/verifier/artifact.py), probes it again on inputs the tracer never saw,
 fingerprints it and trains it (stages 3-4; limit scaled from the baseline's measured time for the
 same work, `train_timeout_factor` x, at least `train_timeout_floor_s`, at most `timeout_s`).
 Every message from either is validated in this process (a tracer's in tracer_results.py); the

@@ -1,6 +1,6 @@
 """Scoring a Learned Policy Gradient network: agents trained by it, on every role of a suite.
 
-An LPG candidate is data (rl/lpg.py `lpg_source`: sizes and base64 weights), read with `ast`
+An LPG candidate is data (rl/lpg/network.py `lpg_source`: sizes and base64 weights), read with `ast`
 and never executed. It is still untrusted: a small text can declare a network that takes
 minutes or gigabytes to train (a width bomb), or an npz whose members inflate to gigabytes (a
 zip bomb). So it gets what a code candidate gets (README, Safety):
@@ -18,7 +18,7 @@ zip bomb). So it gets what a code candidate gets (README, Safety):
 What stays the same as for every other candidate is the score's meaning
 (evaluation/outcome.py): per environment, the agents' final returns on training seeds drawn
 fresh and recorded (`SeedSource`), normalised so that 0 is the uniform policy and 1 is the
-reference, the actor-critic of rl/lpg_agent.py with the same agent, budget and seeds (GROOVE's
+reference, the actor-critic of rl/lpg/agent.py with the same agent, budget and seeds (GROOVE's
 comparison); per role, the IQM/mean aggregate with a bootstrap interval (`score_roles`). The
 test role (the tabular LPG levels, Catch, CartPole) is reported, never read by the ES.
 
@@ -44,9 +44,9 @@ from metarl.evaluation.roles import score_roles
 from metarl.evaluation.sandbox import WorkerResult, run_job
 from metarl.evaluation.seeds import SeedSource
 from metarl.evaluation.settings import SandboxLimits
-from metarl.rl.env_names import split_variant
-from metarl.rl.lpg import LPGFormatError, read_lpg_source
-from metarl.rl.lpg_agent import AgentConfig, lifetime_from_seed
+from metarl.rl.environments.names import split_variant
+from metarl.rl.lpg.agent import AgentConfig, lifetime_from_seed
+from metarl.rl.lpg.network import LPGFormatError, read_lpg_source
 from metarl.rl.scoring import normalised_score
 from metarl.rl.suites import Suite
 from metarl.tasks.lpg import TASK as LPG
@@ -256,8 +256,8 @@ def train_lpg_job(job: dict, report: Callable[..., None]) -> dict:
     import jax
 
     # lazy: as above
-    from metarl.rl.environments import make_env
-    from metarl.rl.lpg_agent import (
+    from metarl.rl.environments.registry import make_env
+    from metarl.rl.lpg.agent import (
         agent_config_for,
         make_a2c_train,
         make_lpg_train,

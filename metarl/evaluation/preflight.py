@@ -35,7 +35,9 @@ import jax
 import jax.numpy as jnp
 from jax import export as jax_export
 
-from metarl.rl.artifact import (
+from metarl.rl.configs import PPOConfig
+from metarl.rl.training import BatchProgram
+from metarl.rl.verifier.artifact import (
     ArtifactRejected,
     decode,
     encode,
@@ -43,8 +45,6 @@ from metarl.rl.artifact import (
     load_exported,
     verify,
 )
-from metarl.rl.configs import PPOConfig
-from metarl.rl.training import BatchProgram
 from metarl.tasks import Task
 from metarl.tasks.behaviour import training_sizes
 from metarl.tasks.candidate import load_function

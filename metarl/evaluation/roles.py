@@ -2,8 +2,8 @@
 
 A validation round trains a candidate on the suite's validation environments on seeds it has
 not seen; the race (discovery/loop.py) adds rounds until the statistics decide
-(`metarl.rl.statistics.race`). Each round is archived as evaluation rows; this module turns a
-candidate's rows back into the (runs x environments) matrix of per-seed normalised scores
+(`metarl.evaluation.statistics.race`). Each round is archived as evaluation rows; this module
+turns a candidate's rows back into the (runs x environments) matrix of per-seed normalised scores
 that rliable-style estimators take: rounds stacked as more runs, each seed's return
 normalised against its own round's baseline on those seeds (the paired design), and an
 environment whose score is undefined in any round (a baseline no better than random) left
@@ -21,8 +21,8 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from metarl.evaluation.outcome import ROLES, EnvScore, Outcome
+from metarl.evaluation.statistics import Estimate, iqm_interval
 from metarl.rl.scoring import aggregate, bootstrap_interval, per_seed_normalised
-from metarl.rl.statistics import Estimate, iqm_interval
 
 # one run of an env at one learning rate: (per-seed returns, baseline mean, random mean)
 RateRun = tuple[Sequence[float], "float | None", "float | None"]

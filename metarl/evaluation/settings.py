@@ -93,7 +93,7 @@ class CascadeSettings:
     # when listed); None: the whole suite. For benchmarks and debugging, not for selection.
     envs: list[str] | None = None
     # the training role's environments when a curriculum draws them per generation (drawn
-    # from the suite's distribution, rl/distributions.py); None: the suite's `envs`
+    # from the suite's distribution, rl/environments/distributions.py); None: the suite's `envs`
     train_envs: list[str] | None = None
     # Run candidates WITHOUT bubblewrap (rlimits and a network namespace only): candidate code
     # can then read files and the environment of this machine. Only for machines where
@@ -288,7 +288,7 @@ def validate(settings: CascadeSettings) -> None:
                 f"({known})"
             )
     if settings.train_envs:
-        from metarl.rl.env_names import split_variant  # lazy: names only, read when needed
+        from metarl.rl.environments.names import split_variant  # lazy: names only, read when needed
 
         distribution = suite.distribution
         drawn = distribution is not None and all(

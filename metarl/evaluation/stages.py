@@ -34,7 +34,9 @@ from metarl.evaluation.tracing import (  # the tracer's half; re-exported for ol
     sample_candidate,
     trace_candidate,
 )
-from metarl.rl.artifact import (
+from metarl.rl.configs import PPOConfig
+from metarl.rl.training import BatchProgram, EnvRun, random_policy_return
+from metarl.rl.verifier.artifact import (
     ArtifactRejected,
     callables,
     decode,
@@ -42,9 +44,7 @@ from metarl.rl.artifact import (
     load_exported,
     load_variants,
 )
-from metarl.rl.behaviour import BehaviourRejected
-from metarl.rl.configs import PPOConfig
-from metarl.rl.training import BatchProgram, EnvRun, random_policy_return
+from metarl.rl.verifier.behaviour import BehaviourRejected
 from metarl.tasks import Task
 from metarl.tasks.behaviour import check_artifact
 from metarl.tasks.candidate import load_function

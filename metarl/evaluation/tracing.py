@@ -1,8 +1,9 @@
 """The tracer's stages: the only code of the cascade that runs candidate Python.
 
 `trace_candidate` loads the candidate, runs the task's probes on it (detailed, friendly reasons
-for the proposer) and exports it per element (rl/artifact.py); `sample_candidate` gives a drift
-candidate's values and slopes on the distillation grid (rl/lpo.py) for black-box distillation.
+for the proposer) and exports it per element (rl/verifier/artifact.py); `sample_candidate`
+gives a drift candidate's values and slopes on the distillation grid (rl/lpo.py) for
+black-box distillation.
 Both run in a *tracer*, a sandboxed process the candidate owns once its code runs, so the parent
 treats what they return as untrusted data. Kept apart from the trainer's stages
 (evaluation/stages.py), which never execute candidate Python.
@@ -16,8 +17,8 @@ from typing import Callable
 
 import numpy as np
 
-from metarl.rl.artifact import ArtifactRejected, encode, export_variants, load_variants
 from metarl.rl.lpo import drift_grid, sample_drift
+from metarl.rl.verifier.artifact import ArtifactRejected, encode, export_variants, load_variants
 from metarl.tasks import Task
 from metarl.tasks.candidate import candidate_namespace
 from metarl.tasks.probing import describe_exception, register_candidate_source

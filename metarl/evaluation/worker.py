@@ -13,7 +13,7 @@ Started by metarl.evaluation.sandbox inside bubblewrap (see there). In order:
 Two roles, never mixed in one process:
 - **tracer**: the only process that runs candidate Python. It loads the candidate, runs the
   task's probes on it (detailed, friendly reasons for the proposer) and exports it per element
-  (rl/artifact.py), or samples a drift candidate on the distillation grid (job kind
+  (rl/verifier/artifact.py), or samples a drift candidate on the distillation grid (job kind
   `sample`). Once candidate code has run, the process is the candidate's: the
   parent treats everything it sends (the artifact, the reason, its output) as untrusted data.
   A fresh tracer-type worker also parses a generation's artifacts before any trainer does
@@ -176,10 +176,10 @@ PRELOAD = (
     "optax",
     "flax.linen",
     "gymnax",
-    "metarl.rl.environments",
+    "metarl.rl.environments.registry",
     "metarl.rl.ppo",
     "metarl.rl.training",
-    "metarl.rl.artifact",
+    "metarl.rl.verifier.artifact",
     "metarl.evaluation.stages",
 )
 

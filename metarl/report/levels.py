@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from metarl.errors import MetarlError
-from metarl.rl.distributions import EnvDistribution
+from metarl.rl.environments.distributions import EnvDistribution
 from metarl.rl.suites import get_suite
 
 

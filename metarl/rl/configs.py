@@ -20,7 +20,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 
-from metarl.rl.meta_names import UnknownMetaEnv, is_meta, parse_meta
+from metarl.rl.meta.names import UnknownMetaEnv, is_meta, parse_meta
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,7 @@ MINATAR_LEARNING_RATES = {
 }
 
 
-# meta-RL (meta_names.py: `Meta-<method>/<family>/<role>`). RL²: one trial per env per update
+# meta-RL (rl/meta/names.py: `Meta-<method>/<family>/<role>`). RL²: one trial per env per update
 # (num_steps = the family's trial length); MAML: num_envs tasks per meta-update, num_steps =
 # (inner steps + 1) x episodes x horizon, the env steps one task costs (so steps count true
 # experience). Tuned on training tasks only (benchmarks/meta_rl.py, RESULTS.md). RL² on

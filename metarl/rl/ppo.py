@@ -40,9 +40,9 @@ import optax
 
 from metarl.rl.components import Components
 from metarl.rl.configs import PPOConfig
-from metarl.rl.environments import FlatDiscreteEnv, make_env
+from metarl.rl.environments.registry import FlatDiscreteEnv, make_env
 from metarl.rl.loss import LOSS_SLOTS, ppo_loss
-from metarl.rl.meta_names import META_PREFIX
+from metarl.rl.meta.names import META_PREFIX
 from metarl.rl.networks import ActorCritic, log_prob, sample_action
 from metarl.rl.trainer import (  # noqa: F401 (the contract PPO implements, re-exported)
     NEGATIVE_DRIFT_TOLERANCE,

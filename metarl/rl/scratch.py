@@ -1,7 +1,7 @@
 """PPO from scratch with the same experience: the reference every adaptation curve is read
 against.
 
-A meta-learner's adaptation curve (meta_loop.py) says how well it does on a new task after
+A meta-learner's adaptation curve (rl/meta/loop.py) says how well it does on a new task after
 seeing some of it: RL² after each episode of a trial, MAML after each inner step's rollouts.
 What a learner *without* meta-training does with exactly that experience is the comparison:
 a freshly initialised feedforward actor-critic on the same task, collecting the same number of
@@ -28,7 +28,7 @@ import optax
 from metarl.rl.components import Components, squared_value_loss
 from metarl.rl.configs import PPOConfig
 from metarl.rl.loss import ppo_loss
-from metarl.rl.meta_tasks import Episodes, TaskFamily, run_episodes, sample_tasks
+from metarl.rl.meta.tasks import Episodes, TaskFamily, run_episodes, sample_tasks
 from metarl.rl.networks import ActorCritic, log_prob, sample_action
 
 # the slots the reference fixes, whatever components it is given

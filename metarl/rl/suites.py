@@ -29,10 +29,15 @@ from typing import Mapping
 from metarl.errors import USAGE, MetarlError
 from metarl.rl.configs import META_CONFIGS, PPOConfig, default_config
 from metarl.rl.discobench import DISCOBENCH_MINATAR, DISCOBENCH_SEEDS
-from metarl.rl.distributions import DISTRIBUTIONS, TEST_SEEDS, VALIDATION_SEEDS, EnvDistribution
-from metarl.rl.meta_names import METHODS, MetaEnv
+from metarl.rl.environments.distributions import (
+    DISTRIBUTIONS,
+    TEST_SEEDS,
+    VALIDATION_SEEDS,
+    EnvDistribution,
+)
+from metarl.rl.meta.names import METHODS, MetaEnv
 
-# the five tabular levels of the LPG paper (rl/levels.py)
+# the five tabular levels of the LPG paper (rl/environments/levels.py)
 TABULAR_LEVELS = ("Grid-dense", "Grid-sparse", "Grid-long", "Grid-longer", "Grid-long_dense")
 
 # source label -> env -> the published PPO mean final return
@@ -57,7 +62,7 @@ class Suite:
     description: str = ""
     published: PublishedReturns = field(default_factory=dict)
     # the validation role: what decides the incumbent, on fresh seeds (other environments or
-    # variants `Base:field=value` of the training ones; rl/environments.py)
+    # variants `Base:field=value` of the training ones; rl/environments/registry.py)
     validation: tuple[str, ...] = ()
     # a suite of drawn environments (grid levels, gymnax parameter ranges): its train role can
     # be drawn anew by a curriculum (`--curriculum`); `envs` are its fixed default draws
@@ -94,13 +99,13 @@ class Suite:
 
 
 def _drawn_suite(name: str) -> Suite:
-    """A suite over a distribution (rl/distributions.py): four train draws, four validation
-    draws from another seed range; the test role is the five tabular LPG levels and two
+    """A suite over a distribution (rl/environments/distributions.py): four train draws, four
+    validation draws from another seed range; the test role is the five tabular LPG levels and two
     classic tasks for grid suites (LPG's generalisation claim), four more draws and the
     default CartPole for parameter ranges.
 
     Budgets: a grid level's lifetime is at most 250 updates of 16 envs x 20 steps (80,000
-    steps; rl/lpg_agent.py), which is also the PPO budget there.
+    steps; rl/lpg/agent.py), which is also the PPO budget there.
     """
     distribution = DISTRIBUTIONS[name]
     if distribution.grid:
@@ -142,7 +147,7 @@ DISCOGEN_BASELINE = {
 }
 
 
-# meta-RL task families (rl/meta_tasks.py) and what a trial is on each
+# meta-RL task families (rl/meta/tasks.py) and what a trial is on each
 TASK_FAMILIES = {
     "bandit-tasks": "two-armed bandits (p, 1-p), trials of 10 pulls",
     "point-tasks": "2D navigation to a hidden goal (MAML's), trials of 3 x 20 steps",
@@ -157,7 +162,7 @@ META_SEPARATOR = "@"
 
 def _meta_suite(family: str, method: str) -> Suite:
     """A meta-RL suite `<family>@<method>`: each role is one meta-training run on the family,
-    scored by the mean adaptation curve on that role's held-out tasks (rl/meta_loop.py)."""
+    scored by the mean adaptation curve on that role's held-out tasks (rl/meta/loop.py)."""
     name = META_SEPARATOR.join((family, method))
     total = META_CONFIGS[(method, family)]["total_timesteps"]
     return Suite(

@@ -43,7 +43,7 @@ class TrainResult(NamedTuple):
     # scalar: see `final_return` in make_trainer; the greedy return with config.eval_episodes
     final_return: jax.Array
     positive_value_loss: jax.Array  # scalar: mean max(A, 0) over the tail's updates (NaN: none)
-    # meta-RL only (meta_loop.py): the adaptation curve on held-out tasks; None for PPO
+    # meta-RL only (rl/meta/loop.py): the adaptation curve on held-out tasks; None for PPO
     adaptation: Any = None
     # meta-RL only: PPO from scratch with the same experience on the same held-out tasks
     scratch: Any = None

@@ -1,6 +1,6 @@
 """Which trainer trains a config: PPO, or the meta-learner a `Meta-<method>/...` name names.
 
-Above both (ppo.py, meta_envs.py), so neither imports the other: every layer that trains a
+Above both (ppo.py, rl/meta/envs.py), so neither imports the other: every layer that trains a
 config calls `make_trainer` or `make_train` here.
 """
 
@@ -11,8 +11,8 @@ import jax
 from metarl.rl import ppo
 from metarl.rl.components import Components
 from metarl.rl.configs import PPOConfig
-from metarl.rl.meta_envs import make_meta_env_trainer
-from metarl.rl.meta_names import is_meta
+from metarl.rl.meta.envs import make_meta_env_trainer
+from metarl.rl.meta.names import is_meta
 from metarl.rl.trainer import Trainer, whole_run
 
 

@@ -20,8 +20,8 @@ import numpy as np
 
 from metarl.rl.components import Components
 from metarl.rl.configs import PPOConfig
-from metarl.rl.environments import make_env
-from metarl.rl.meta_names import is_meta
+from metarl.rl.environments.registry import make_env
+from metarl.rl.meta.names import is_meta
 from metarl.rl.trainers import make_train, make_trainer
 
 
@@ -507,7 +507,7 @@ def random_policy_return(env_name: str, episodes: int = 64, rng_seed: int = 0) -
     """Mean episodic return of the uniform random policy, computed in JAX (cheap; memoised)."""
     if is_meta(env_name):
         # lazy: the meta-RL learners import this module's neighbours (ppo)
-        from metarl.rl.meta_envs import random_adaptation_return
+        from metarl.rl.meta.envs import random_adaptation_return
 
         return random_adaptation_return(env_name, rng_seed)
     env = make_env(env_name)

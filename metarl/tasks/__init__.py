@@ -11,7 +11,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 from metarl.errors import USAGE, MetarlError
-from metarl.rl.meta_names import METHOD_SLOTS
+from metarl.rl.meta.names import METHOD_SLOTS
 
 if TYPE_CHECKING:
     from metarl.tasks.base import SeedProgram, Task
@@ -93,7 +93,7 @@ def meta_task_problem(task: str, suite: str) -> str | None:
     """Why `task` cannot be scored on `suite`, or None when it can.
 
     A meta-RL suite (`<family>@<method>`) trains the components its learner reads
-    (rl/meta_names.py's METHOD_SLOTS): a task is scored there when its slot is one of them.
+    (rl/meta/names.py's METHOD_SLOTS): a task is scored there when its slot is one of them.
     MAML's inner loop, for one, is a policy-gradient step on fresh rollouts (ratio 1), where a
     drift is zero by its contract; its inner rule is the optimizer. Only registered tasks fill
     a slot (an LPG network is scored on grid and classic suites).

@@ -15,9 +15,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from metarl.rl.artifact import ElementSignature
 from metarl.rl.components import SLOT_NAMES, Components
-from metarl.rl.meta_names import METHOD_SLOTS
+from metarl.rl.meta.names import METHOD_SLOTS
+from metarl.rl.verifier.artifact import ElementSignature
 from metarl.tasks.probing import ProbeReport
 
 TASKS_ROOT = Path(__file__).resolve().parent
@@ -47,7 +47,7 @@ class Task:
     probes: Callable[[Callable, int], ProbeReport] | None = None
     # fingerprint_inputs() -> tuple of arrays: a fixed batch on which behaviour is hashed
     fingerprint_inputs: Callable[[], tuple] | None = None
-    # How a candidate crosses from the sandboxed tracer to the trainer (rl/artifact.py):
+    # How a candidate crosses from the sandboxed tracer to the trainer (rl/verifier/artifact.py):
     # per_element(candidate_function) -> variant name -> per-element function following
     # element_signature; assemble(variant name -> artifact callable) -> a function with the
     # contract's signature, built only from the verified artifact.
@@ -69,7 +69,7 @@ class Task:
 
     @property
     def meta_learners(self) -> tuple[str, ...]:
-        """The meta-learners whose training reads this task's slot (rl/meta_names.py)."""
+        """The meta-learners whose training reads this task's slot (rl/meta/names.py)."""
         return tuple(method for method, slots in METHOD_SLOTS.items() if self.slot in slots)
 
     @property

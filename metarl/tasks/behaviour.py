@@ -1,4 +1,5 @@
-"""The trainer's behavioural check of a task's artifact (rl/behaviour.py), wired to the task.
+"""The trainer's behavioural check of a task's artifact (rl/verifier/behaviour.py), wired to
+the task.
 
 Why here: the check needs the task's plumbing (how its function is assembled from the
 artifact and plugged into the trainer) to read the trainer's call sizes off the training
@@ -22,14 +23,14 @@ from typing import Callable, Sequence
 import jax
 import numpy as np
 
-from metarl.rl.artifact import ElementSignature, Variant
-from metarl.rl.behaviour import (
+from metarl.rl.configs import PPOConfig
+from metarl.rl.verifier.artifact import ElementSignature, Variant
+from metarl.rl.verifier.behaviour import (
     Role,
     capture_rows,
     check_variants,
     training_call_sizes,
 )
-from metarl.rl.configs import PPOConfig
 from metarl.tasks.base import Task
 from metarl.tasks.probing import fingerprint
 
@@ -108,7 +109,8 @@ def check_artifact(
     seeds: Sequence[int],
     probe_seed: int,
 ) -> None:
-    """The artifact is per-sample at the exact sizes training calls it with (rl/behaviour.py).
+    """The artifact is per-sample at the exact sizes training calls it with
+    (rl/verifier/behaviour.py).
 
     Args:
         task: the task the artifact implements.

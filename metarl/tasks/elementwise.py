@@ -3,7 +3,7 @@
 Most components are a function of per-sample float arrays plus static Python floats (PPO's
 clip range): `drift(ratio, advantage, epsilon)`, `value_loss(value, old_value, target,
 epsilon)`. The tracer exports the function on one element, once per value of the static
-argument the trainer's configs use (a *variant*, rl/artifact.py); the trainer assembles the
+argument the trainer's configs use (a *variant*, rl/verifier/artifact.py); the trainer assembles the
 contract's function from the verified variants. This module builds those three pieces for any
 such task, so a task folder keeps only its contract, seeds and probes.
 """
@@ -14,7 +14,7 @@ from typing import Callable, NamedTuple
 
 import jax.numpy as jnp
 
-from metarl.rl.artifact import ElementSignature
+from metarl.rl.verifier.artifact import ElementSignature
 
 
 class ElementwisePlumbing(NamedTuple):

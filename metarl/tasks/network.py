@@ -2,7 +2,7 @@
 
 A program task (tasks/base.py's `Task`) fills a trainer slot with a candidate's code. A network
 task's candidate is never run: it is a parameter file that a trusted trainer reads (an LPG
-network: rl/lpg_agent.py trains an agent whose update targets the network outputs). The
+network: rl/lpg/agent.py trains an agent whose update targets the network outputs). The
 declaration needs no JAX, so the CLI and the report read it cheaply.
 """
 

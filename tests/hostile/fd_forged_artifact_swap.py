@@ -16,7 +16,7 @@ def honest(ratio, advantage, epsilon):
 
 
 def forge():
-    artifact = imp("metarl.rl.artifact")
+    artifact = imp("metarl.rl.verifier.artifact")
     task = imp("metarl.tasks").get_task("drift")
     platform = imp("metarl.platform").backend()
     blobs = artifact.export_variants(task.per_element(honest), task.element_signature, platform)

@@ -2,7 +2,7 @@
 
 Its candidate is an LPG network's weights, searched by the ES on level distributions
 (blackbox/lpg_es.py) and scored by training actor-critic agents whose update targets are the
-network's outputs (rl/lpg_agent.py). Its scores are relative to the actor-critic trained with
+network's outputs (rl/lpg/agent.py). Its scores are relative to the actor-critic trained with
 the same seeds and budget. The ES schedule is GROOVE's published correction: sigma 0.1 with no
 decay, learning rate 1e-2 times 0.999 per generation down to 1e-5.
 """

@@ -6,8 +6,8 @@ from typing import Callable
 
 import jax.numpy as jnp
 
-from metarl.rl.artifact import ElementSignature
 from metarl.rl.components import Components
+from metarl.rl.verifier.artifact import ElementSignature
 from metarl.tasks.base import Task
 from metarl.tasks.optimizer.plug import MOMENTUM_DECAYS, NUM_STATE_SLOTS, rule_optimizer
 from metarl.tasks.optimizer.probes import fingerprint_inputs, probes

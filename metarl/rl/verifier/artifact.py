@@ -17,15 +17,15 @@ read the trainer's shapes, reduce across the batch or depend on positions. The a
 called on flattened inputs, and batching (vmap over training seeds, later over candidates)
 folds every batched axis into `n`: an element's value does not depend on how many others are
 computed with it (up to rounding: XLA's vectorised loop and its scalar remainder may differ
-in the last bit, measured at most 6.9e-7 relative; see rl/behaviour.py).
+in the last bit, measured at most 6.9e-7 relative; see behaviour.py).
 
 **Verified, not trusted.** A compromised tracer can send any bytes, so `load_exported` checks
 the deserialised artifact before anything compiles it:
 - no effects, one device, exactly the trainer's platform, no disabled safety checks, the
   exact signature the task expects (and a VJP with its own, when the trainer differentiates);
-- its StableHLO is a per-element program (rl/artifact_check.py: the dialects, no custom calls,
+- its StableHLO is a per-element program (artifact_check.py: the dialects, no custom calls,
   no communication, no random numbers, and the batch axis followed op by op: rows stay rows);
-- then, in the trainer, its behaviour (rl/behaviour.py, tasks/behaviour.py): each row's
+- then, in the trainer, its behaviour (behaviour.py, tasks/behaviour.py): each row's
   outputs are the same alone, among adversarial rows and permuted, at the exact sizes the
   training program calls it with; and the drift's probes check that its VJP is the slope of
   its values (tasks/drift/probes.py).
@@ -43,7 +43,7 @@ import jax
 import jax.numpy as jnp
 from jax import export as jax_export
 
-from metarl.rl.artifact_check import SYMBOL, ArtifactRejected, check_module
+from metarl.rl.verifier.artifact_check import SYMBOL, ArtifactRejected, check_module
 
 __all__ = ["ArtifactRejected", "SYMBOL", "check_module"]  # re-exported: callers import them here
 
@@ -136,7 +136,7 @@ def _check_avals(avals, expected, what: str) -> None:
 @dataclass(frozen=True)
 class Variant:
     """One verified variant: the forward program and, when differentiable, its VJP. The
-    trainer calls, and the behavioural checks (rl/behaviour.py) probe, these same objects."""
+    trainer calls, and the behavioural checks (behaviour.py) probe, these same objects."""
 
     forward: jax_export.Exported
     vjp: jax_export.Exported | None

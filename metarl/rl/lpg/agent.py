@@ -6,7 +6,7 @@ mirrors the algorithm:
 
     for update in 0 .. max_updates-1                      (lax.scan; frozen after `lifetime`)
         collect rollout_len x num_envs transitions        (lax.scan over env steps)
-        pi_hat, y_hat = LPG(rollout)                       (rl/lpg.py, backwards over time)
+        pi_hat, y_hat = LPG(rollout)                       (network.py, backwards over time)
         loss = -mean(pi_hat * log pi(a|s)) + alpha_y * mean(KL(y_hat || y(s)))
         actor, y-net <- optimizer(clip_by_global_norm(grad))
     final return = mean return of one episode per env with the final policy
@@ -41,7 +41,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from metarl.rl.lpg import LPGInputs, LPGShape, LPGTargets, lpg_targets
+from metarl.rl.lpg.network import LPGInputs, LPGShape, LPGTargets, lpg_targets
 from metarl.rl.networks import MLP, entropy
 
 Targets = Callable[[LPGInputs, jax.Array, jax.Array], LPGTargets]

@@ -1,7 +1,7 @@
 """Names of meta-RL "environments": `Meta-<method>/<family>/<role>`.
 
 A meta-RL suite's role is not a list of gymnax environments but one meta-training run on a
-task family, scored by adaptation on that role's held-out tasks (meta_loop.py). Naming that
+task family, scored by adaptation on that role's held-out tasks (loop.py). Naming that
 unit like an environment (`Meta-rl2/bandit-tasks/validation`) lets it travel wherever an env
 name does — suites, configs, the cascade, baseline cache keys, the archive — while the trainer
 dispatches on the prefix (trainers.make_trainer). This module is names only (no JAX), so configs
@@ -32,7 +32,7 @@ class UnknownMetaEnv(MetarlError, ValueError):
 
 class MetaEnv(NamedTuple):
     method: str  # "rl2" or "maml"
-    family: str  # a task family of meta_tasks.py, e.g. "bandit-tasks"
+    family: str  # a task family of tasks.py, e.g. "bandit-tasks"
     role: str  # which held-out tasks adaptation is scored on
 
     @property

@@ -1,15 +1,15 @@
 """Environment distributions: a suite whose environments are *drawn*, not listed.
 
 A distribution turns an integer seed into an environment name, deterministically: a random
-grid level (`Grid-small:level=17`, rl/levels.py) or a gymnax environment at sampled parameters
-(`CartPole-v1:length=0.731+masspole=0.212+...`, a variant, rl/environments.py). Because a level
+grid level (`Grid-small:level=17`, levels.py) or a gymnax environment at sampled parameters
+(`CartPole-v1:length=0.731+masspole=0.212+...`, a variant, registry.py). Because a level
 is named by its seed, every consumer shares one representation: a curriculum's buffer holds
-seeds (rl/curriculum.py), the ES turns them into level pytrees, discovery into env names, and
+seeds (curriculum.py), the ES turns them into level pytrees, discovery into env names, and
 the archive records names that re-create the same environment anywhere.
 
 Roles come from disjoint seed ranges: a suite's fixed train draws use seeds 0.., validation
 draws 1_000_000.., test draws 2_000_000..; curricula draw fresh seeds uniformly below 2**31
-(rl/curriculum.py), which can meet a validation seed with probability ~1e-9 per draw.
+(curriculum.py), which can meet a validation seed with probability ~1e-9 per draw.
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ import gymnax
 import jax
 import jax.numpy as jnp
 
-from metarl.rl import gridworld, levels
-from metarl.rl.env_names import (  # noqa: F401 (re-exported: the names of environments)
+from metarl.rl.environments import gridworld, levels
+from metarl.rl.environments.names import (  # noqa: F401 (re-exported: the names of environments)
     VARIANT_SEPARATOR,
     UnknownEnvironment,
     base_name,

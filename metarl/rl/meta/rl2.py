@@ -4,7 +4,7 @@ The slow loop is PPO over many tasks; the fast loop is the GRU's hidden state, w
 previous action, reward and episode-end flag and carries what it learned about the task across
 the episodes of one trial. The structure:
 
-    for each update (lax.while_loop, see meta_loop.py):
+    for each update (lax.while_loop, see loop.py):
         draw num_envs tasks; run one whole trial on each     (lax.scan over trial steps)
             hidden state h = 0 at the trial's start, carried across its episodes
             input_t = (obs_t, one_hot(a_{t-1}), r_{t-1}, episode_ended_{t-1})
@@ -36,9 +36,9 @@ import optax
 from metarl.rl.components import Components
 from metarl.rl.configs import PPOConfig
 from metarl.rl.loss import ppo_loss
-from metarl.rl.meta_loop import MetaLearner, MetaStats
-from metarl.rl.meta_names import METHOD_SLOTS
-from metarl.rl.meta_tasks import TaskFamily, sample_tasks
+from metarl.rl.meta.loop import MetaLearner, MetaStats
+from metarl.rl.meta.names import METHOD_SLOTS
+from metarl.rl.meta.tasks import TaskFamily, sample_tasks
 from metarl.rl.networks import log_prob, sample_action
 from metarl.rl.scratch import ScratchSettings, scratch_adaptation_curve
 
@@ -225,7 +225,7 @@ def make_rl2_learner(
     eval_tasks: int = 64,
     memory: bool = True,
 ) -> MetaLearner:
-    """RL² as a `MetaLearner` (meta_loop.py): one PPO update on `config.num_envs` fresh trials.
+    """RL² as a `MetaLearner` (loop.py): one PPO update on `config.num_envs` fresh trials.
 
     Args:
         config: PPO's settings; `num_steps` must be the family's trial length (one trial per

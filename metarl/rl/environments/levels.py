@@ -24,8 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from metarl.rl.env_names import UnknownEnvironment, split_variant
-from metarl.rl.gridworld import (
+from metarl.rl.environments.gridworld import (
     MAX_CELLS,
     MAX_OBJECTS,
     MAX_SIZE,
@@ -33,6 +32,7 @@ from metarl.rl.gridworld import (
     GridLevel,
     inside_mask,
 )
+from metarl.rl.environments.names import UnknownEnvironment, split_variant
 
 GRID_PREFIX = "Grid-"
 SEED_FIELD = "level"

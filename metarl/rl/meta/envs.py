@@ -1,8 +1,8 @@
-"""Build the trainer and the references of a meta-RL environment name (meta_names.py).
+"""Build the trainer and the references of a meta-RL environment name (names.py).
 
 `make_meta_env_trainer(config, components, lr)` is what trainers.make_trainer hands a
 `Meta-<method>/<family>/<role>` config to: RL² (rl2.py) or MAML (maml.py) over the family's
-tasks (meta_tasks.py), wrapped by meta_loop.py into PPO's `Trainer` contract. Their settings
+tasks (tasks.py), wrapped by loop.py into PPO's `Trainer` contract. Their settings
 are in configs.py (`META_CONFIGS`, `MAML_SETTINGS`), the one settings source.
 """
 
@@ -15,11 +15,11 @@ import jax.numpy as jnp
 
 from metarl.rl.components import Components
 from metarl.rl.configs import MAML_SETTINGS, PPOConfig
-from metarl.rl.maml import MAMLSettings, make_maml_learner
-from metarl.rl.meta_loop import ROLE_SALTS, make_meta_trainer
-from metarl.rl.meta_names import UnknownMetaEnv, parse_meta
-from metarl.rl.meta_tasks import FAMILIES, TaskFamily, sample_tasks
-from metarl.rl.rl2 import make_rl2_learner
+from metarl.rl.meta.loop import ROLE_SALTS, make_meta_trainer
+from metarl.rl.meta.maml import MAMLSettings, make_maml_learner
+from metarl.rl.meta.names import UnknownMetaEnv, parse_meta
+from metarl.rl.meta.rl2 import make_rl2_learner
+from metarl.rl.meta.tasks import FAMILIES, TaskFamily, sample_tasks
 from metarl.rl.trainer import Trainer, learning_rate_schedule
 
 EVAL_TASKS = 64  # held-out tasks each adaptation curve is averaged over

@@ -1,7 +1,7 @@
 """Environment names: a gymnax name, or a *variant* of one with some `EnvParams` changed.
 
 Names only (no gymnax, no JAX), so grid levels (levels.py), suites and the evaluation settings
-read them without the environments that environments.py builds from them.
+read them without the environments that registry.py builds from them.
 """
 
 from __future__ import annotations

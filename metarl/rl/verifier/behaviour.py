@@ -1,7 +1,7 @@
 """Per-sample independence of an exported artifact, checked by its behaviour at the exact sizes
 the trainer calls it with.
 
-Why: the structural check (rl/artifact_check.py) reads ops; this checks what the compiled
+Why: the structural check (artifact_check.py) reads ops; this checks what the compiled
 program does. A row's outputs (and its VJP's, for a differentiable task) must be the same
 whether the row is computed alone, in a batch of another size, at its place in a batch of the
 trainer's own call size, or at another place in a permutation of that batch, beside
@@ -45,10 +45,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend import core as jax_core
 
-from metarl.rl.artifact import ArtifactRejected, ElementSignature, Variant, callable_from
 from metarl.rl.components import Components
 from metarl.rl.configs import PPOConfig
 from metarl.rl.training import batch_functions, seed_keys
+from metarl.rl.verifier.artifact import ArtifactRejected, ElementSignature, Variant, callable_from
 
 ROW_RTOL = 1e-5
 ROW_ATOL = 1e-6

@@ -33,9 +33,9 @@ import optax
 
 from metarl.rl.components import Components
 from metarl.rl.configs import PPOConfig
-from metarl.rl.meta_loop import MetaLearner, MetaStats
-from metarl.rl.meta_names import METHOD_SLOTS
-from metarl.rl.meta_tasks import Episodes, TaskFamily, run_episodes, sample_tasks
+from metarl.rl.meta.loop import MetaLearner, MetaStats
+from metarl.rl.meta.names import METHOD_SLOTS
+from metarl.rl.meta.tasks import Episodes, TaskFamily, run_episodes, sample_tasks
 from metarl.rl.networks import MLP, entropy, log_prob, sample_action
 from metarl.rl.scratch import ScratchSettings, scratch_adaptation_curve
 
@@ -135,7 +135,7 @@ def make_maml_learner(
     outer_lr: Any,
     pretrained: bool = False,
 ) -> MetaLearner:
-    """MAML as a `MetaLearner` (meta_loop.py).
+    """MAML as a `MetaLearner` (loop.py).
 
     Args:
         config: num_envs is the meta-batch (tasks per meta-update), gamma the inner loss's

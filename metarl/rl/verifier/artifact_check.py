@@ -1,7 +1,7 @@
 """The structural check of an exported artifact's StableHLO: a per-element program, or refused.
 
 Why: a compromised tracer can send any module, and the trainer compiles what it is sent. The
-checks here run on the parsed module before anything compiles it (rl/artifact.py's `verify`):
+checks here run on the parsed module before anything compiles it (artifact.py's `verify`):
 
 - only the `func`, `stablehlo` and `chlo` dialects; no host or device communication
   (send/recv/infeed/outfeed/collectives), no custom calls but JAX's result-less

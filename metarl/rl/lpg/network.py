@@ -265,7 +265,7 @@ def decode_lpg_weights(text: str, shape: LPGShape) -> LPGParams:
 
 SOURCE_TEMPLATE = '''"""{title}
 
-A Learned Policy Gradient network (metarl.rl.lpg): data, not code. metarl reads the two
+A Learned Policy Gradient network (metarl.rl.lpg.network): data, not code. metarl reads the two
 assignments below without executing this file and trains agents with the network.
 """
 

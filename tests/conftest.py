@@ -56,9 +56,14 @@ def pytest_configure(config):
     import jax
 
     if os.environ.get(XLA_CACHE_VARIABLE) is None:  # the controller (or a run without xdist)
-        base = os.environ.get("METARL_TEST_SHARED") or None
-        os.environ[XLA_CACHE_VARIABLE] = tempfile.mkdtemp(prefix="metarl-test-xla-", dir=base)
-        config.add_cleanup(lambda: shutil.rmtree(os.environ.pop(XLA_CACHE_VARIABLE), True))
+        shared = os.environ.get("METARL_TEST_SHARED")
+        if shared:  # `.ci/run`'s passes: one folder for all three, removed by `.ci/run`
+            path = Path(shared) / "xla-tests"
+            path.mkdir(parents=True, exist_ok=True)
+        else:  # this run only: removed when it ends
+            path = Path(tempfile.mkdtemp(prefix="metarl-test-xla-"))
+            config.add_cleanup(lambda: shutil.rmtree(path, ignore_errors=True))
+        os.environ[XLA_CACHE_VARIABLE] = str(path)
     jax.config.update("jax_compilation_cache_dir", os.environ[XLA_CACHE_VARIABLE])
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 

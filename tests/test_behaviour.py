@@ -27,8 +27,8 @@ from metarl.rl.lpo import init_params as lpo_params
 from metarl.rl.trainers import make_trainer
 from metarl.rl.verifier import artifact
 from metarl.rl.verifier.artifact import ArtifactRejected, Variant
-from metarl.rl.verifier.behaviour import BehaviourRejected, check_variants
-from metarl.tasks import get_task
+from metarl.rl.verifier.behaviour import BehaviourRejected, check_independent, check_variants
+from metarl.tasks import behaviour, get_task
 from metarl.tasks.behaviour import check_artifact, example_rows, training_sizes
 from metarl.tasks.candidate import load_function
 
@@ -206,3 +206,50 @@ def test_an_honest_artifact_is_prepared_with_the_checks_timed():
     advantage = jnp.asarray(np.linspace(-2.0, 2.0, 16), jnp.float32)
     expected = load_function(PPO_SOURCE, "drift")(ratio, advantage, 0.2)
     np.testing.assert_array_equal(prepared.function(ratio, advantage, 0.2), expected)
+
+
+def _batch_dependent(delta: float):
+    """A stand-in program whose two outputs shift by `delta` with its batch's size: how a
+    sum of cancelling terms rounds differently at another size, or how a batch leak looks."""
+
+    def call(ratio, advantage):
+        shift = delta * (len(ratio) > 64)  # only in the trainer-sized batches
+        return ratio + shift, advantage + shift
+
+    return call
+
+
+@pytest.mark.parametrize(
+    ("delta", "gradient", "refused"),
+    [
+        (5e-5, True, False),  # a gradient's rounding in units of its terms (scale ~1.2)
+        (5e-5, False, True),  # the same shift in a forward value: refused
+        (1e-3, True, True),  # beyond 1e-4 of the gradient's scale: a batch dependence
+    ],
+)
+def test_a_vjp_may_round_in_units_of_its_scale_and_no_more(delta, gradient, refused):
+    rng = np.random.default_rng(0)
+    tracked = [rng.uniform(0.5, 1.5, 64).astype(np.float32) for _ in range(2)]
+    fillers = [rng.uniform(0.5, 1.5, 256).astype(np.float32) for _ in range(2)]
+    call = _batch_dependent(delta)
+    if refused:
+        with pytest.raises(BehaviourRejected, match="not a per-sample program"):
+            check_independent(call, tracked, fillers, [256], rng, "program", gradient=gradient)
+    else:
+        check_independent(call, tracked, fillers, [256], rng, "program", gradient=gradient)
+
+
+def test_call_sizes_from_the_parent_are_used_instead_of_tracing(monkeypatch):
+    config = CONFIGS[0].replace(num_minibatches=CONFIGS[0].num_minibatches * 2)  # not traced yet
+    sizes = [["epsilon=0.2", "forward", [64]], ["epsilon=0.2", "vjp", [64]]]
+    behaviour.remember_sizes(DRIFT, config, len(SEEDS), sizes)
+
+    def no_trace(*args, **kwargs):
+        raise AssertionError("traced although the parent gave the sizes")
+
+    monkeypatch.setattr(behaviour, "training_call_sizes", no_trace)
+    variants = exported_variants(DRIFT, PPO_SOURCE)
+    got = training_sizes(DRIFT, variants, [config], SEEDS)
+    assert got == {("epsilon=0.2", "forward"): (64,), ("epsilon=0.2", "vjp"): (64,)}
+    assert behaviour.traced_sizes(DRIFT, config, len(SEEDS)) == sizes
+    assert behaviour.traced_sizes(DRIFT, config, len(SEEDS) + 1) is None

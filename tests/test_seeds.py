@@ -18,10 +18,12 @@ from metarl.evaluation.seeds import (
     pinned_extension,
     pool_size,
 )
-from metarl.evaluation.settings import CascadeSettings
+from metarl.evaluation.settings import CascadeSettings, run_configs
 from metarl.rl.suites import get_suite
 from metarl.rl.training import BatchProgram
+from metarl.rl.verifier.artifact import export_variants, load_exported
 from metarl.tasks import get_task
+from metarl.tasks.behaviour import training_sizes
 from metarl.tasks.candidate import load_function
 
 BASE = dict(
@@ -145,6 +147,54 @@ def test_the_baseline_is_cached_per_seed_of_its_layout(evaluator, metarl_cache):
         )
         entry = baseline_cache.load(key)
         assert entry is not None and entry["seeds"] == [seed]
+
+
+def test_the_call_sizes_a_trainer_traced_are_kept_beside_the_baselines_for_later_jobs(
+    evaluator,
+):
+    [outcome] = evaluator.evaluate_batch([PPO], "drift")
+    seeds = seeds_of(outcome)
+    settings = CascadeSettings(**BASE, seed_values=seeds)
+    function = load_function(PPO, "drift")
+    blobs = export_variants(DRIFT.per_element(function), DRIFT.element_signature, "cpu")
+    variants = load_exported(blobs, DRIFT.element_signature, "cpu")
+    for config in run_configs(settings):
+        key = baseline_cache.call_sizes_key("drift", config, len(seeds))
+        entry = baseline_cache.load(key, baseline_cache.valid_sizes)
+        assert entry is not None
+        kept = {(variant, role): tuple(sizes) for variant, role, sizes in entry["sizes"]}
+        assert kept == training_sizes(DRIFT, variants, [config], seeds)  # traced here, the same
+    # the evaluator's next trainer job on these seeds carries them: its trainer traces nothing
+    job = evaluator._batches._job(DRIFT, [], TrainingSeeds(tuple(seeds)), {}, {}, False)
+    keys = [baseline_cache.call_sizes_key("drift", c, 2) for c in run_configs(settings)]
+    kept = [baseline_cache.load(key, baseline_cache.valid_sizes)["sizes"] for key in keys]
+    assert job["call_sizes"] == kept
+
+
+def test_the_control_job_without_candidates_trains_the_baseline_program(evaluator):
+    """The control that tells an evaluator's fault from a candidate's (batch_training.py) is a
+    job with no candidate: it carries the batch's settings all the same (it once sent none,
+    so the control always failed and every unexplained batch failure read as the evaluator's)."""
+    seeds = sorted(evaluator.seeds.draw().as_list())
+    references = evaluator.references("drift", seeds)
+    assert evaluator._batches._trainer_works(DRIFT, TrainingSeeds(tuple(seeds)), references, False)
+
+
+@pytest.mark.parametrize(
+    "sizes",
+    [
+        [],
+        [["epsilon=0.2", "forward", [0]]],
+        [["epsilon=0.2", "forward", [True]]],
+        [["epsilon=0.2", "grad", [256]]],
+        [["epsilon=0.2", "vjp", [2**31]]],
+        [["epsilon=0.2", "vjp", "256"]],
+        [[None, "vjp", [256]]],
+    ],
+)
+def test_malformed_call_sizes_are_never_kept(sizes):
+    assert not baseline_cache.valid_sizes({"sizes": sizes})
+    assert baseline_cache.valid_sizes({"sizes": [["epsilon=0.2", "vjp", [1, 256]]]})
 
 
 def test_a_confirmation_draws_seeds_the_candidate_was_not_trained_on(evaluator):

@@ -18,12 +18,14 @@ from package metadata, the environment and /proc, so the parent never imports JA
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
 import os
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 from metarl import platform
 from metarl.rl.configs import PPOConfig
@@ -92,12 +94,60 @@ def random_key(env_name: str) -> str:
     return "random-" + platform.evaluation_key(payload, platform.evaluation_identity(), 24)
 
 
+@functools.lru_cache(maxsize=1)
+def code_digest() -> str:
+    """A digest of metarl's own source files (every .py under the package, read once per
+    process): what the training program's call sizes depend on besides the libraries'
+    versions, so an edited trainer in a development checkout never reads sizes traced by the
+    code before the edit."""
+    root = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def call_sizes_key(task_name: str, config: PPOConfig, n_seeds: int) -> str:
+    """The cache key of the sizes the training program of `config` on `n_seeds` seeds calls
+    the task's programs with (tasks/behaviour.py): they depend on the task, the config, the
+    number of seeds (not their values) and metarl's code (`code_digest`)."""
+    payload = {
+        "kind": "call-sizes",
+        "task": task_name,
+        "config": config.to_dict(),
+        "n_seeds": int(n_seeds),
+        "code": code_digest(),
+    }
+    return "sizes-" + platform.evaluation_key(payload, platform.evaluation_identity(), 24)
+
+
+def valid_sizes(data: object) -> bool:
+    """`data` is call sizes as a trainer returns them: {"sizes": [[variant, "forward" | "vjp",
+    [size, ...]], ...]}, every size a positive int below 2^31, at least one entry."""
+    entries = data.get("sizes") if isinstance(data, dict) else None
+    if not isinstance(entries, list) or not entries:
+        return False
+    for entry in entries:
+        if not (isinstance(entry, list) and len(entry) == 3):
+            return False
+        variant, role, sizes = entry
+        if not isinstance(variant, str) or role not in ("forward", "vjp"):
+            return False
+        if not isinstance(sizes, list) or not all(
+            type(size) is int and 0 < size < 2**31 for size in sizes
+        ):
+            return False
+    return True
+
+
 def _path(key: str) -> Path:
     return cache_dir() / f"{key}.json"
 
 
-def load(key: str) -> dict | None:
-    """The entry stored under `key`, or None when missing or failing verification."""
+def load(key: str, valid: Callable[[object], bool] | None = None) -> dict | None:
+    """The entry stored under `key`, or None when missing or failing verification (its key,
+    its checksum, and `valid`: default, the numbers a score is computed from are finite)."""
     try:
         entry = json.loads(_path(key).read_text())
     except (OSError, ValueError):
@@ -105,7 +155,7 @@ def load(key: str) -> dict | None:
     if not isinstance(entry, dict) or entry.get("key") != key:
         return None
     data = entry.get("data")
-    if entry.get("checksum") != _digest([key, data], 64) or not _finite_numbers(data):
+    if entry.get("checksum") != _digest([key, data], 64) or not (valid or _finite_numbers)(data):
         return None
     return data
 

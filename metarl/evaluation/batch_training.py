@@ -61,6 +61,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from typing import Callable, Sequence
 
+from metarl.evaluation import baseline_cache
 from metarl.evaluation.near_duplicates import KnownPrograms, known_programs
 from metarl.evaluation.outcome import (
     MalformedResult,
@@ -70,7 +71,13 @@ from metarl.evaluation.outcome import (
 )
 from metarl.evaluation.roles import score_roles
 from metarl.evaluation.sandbox import WorkerResult
-from metarl.evaluation.settings import CascadeSettings, PlannedRun, Reference, plan_runs
+from metarl.evaluation.settings import (
+    CascadeSettings,
+    PlannedRun,
+    Reference,
+    plan_runs,
+    run_configs,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -232,6 +239,7 @@ class BatchTraining:
             )
             candidate.timings.update(run.timings)
         if run.status == "ok" and run.result.get("kind") == "evaluate":
+            self._keep_call_sizes(task, batch[0].seeds.values, run.result.get("payload"))
             self._read_outcomes(run, batch, plan, references)
             return
         for part, alone in self._assign(task, batch, run, clock, references, isolate):
@@ -279,9 +287,28 @@ class BatchTraining:
             return []
         return [(batch[: size // 2], True), (batch[size // 2 :], True)]
 
+    def _size_keys(self, task, values: Sequence[int]) -> list[str]:
+        """The call-size cache keys of the batch's training programs (settings.run_configs)."""
+        configs = run_configs(self.batch_settings(values))
+        return [baseline_cache.call_sizes_key(task.name, c, len(values)) for c in configs]
+
+    def _keep_call_sizes(self, task, values: Sequence[int], payload: object) -> None:
+        """Keep the call sizes a trainer traced (tasks/behaviour.py) for its later jobs; sizes
+        that are malformed or missing are not kept (the next job traces them again)."""
+        traced = payload.get("call_sizes") if isinstance(payload, dict) else None
+        if not isinstance(traced, list):
+            return
+        for key, sizes in zip(self._size_keys(task, values), traced):
+            data, valid = {"sizes": sizes}, baseline_cache.valid_sizes
+            if valid(data) and baseline_cache.load(key, valid) is None:
+                baseline_cache.save(key, data)
+
     def _job(self, task, batch: list, seeds, references, known, isolate: bool) -> dict:
-        """The trainer job of `batch` (an `evaluate` job) on training seeds `seeds`."""
+        """The trainer job of `batch` (an `evaluate` job) on training seeds `seeds`, with the
+        call sizes this machine traced before for its programs (None where it has none)."""
         known = known_programs(known)
+        valid = baseline_cache.valid_sizes
+        cached = [baseline_cache.load(key, valid) for key in self._size_keys(task, seeds.values)]
         return {
             "kind": "evaluate",
             "task": task.name,
@@ -289,9 +316,9 @@ class BatchTraining:
             "probe_seeds": [c.train_probe_seed for c in batch],
             "known_fingerprints": known.fingerprints,
             "known_behaviours": known.behaviours,
-            "settings": self.batch_settings(batch[0].seeds.values).job_settings()
-            if batch
-            else None,
+            # from `seeds`, not the batch's first candidate: the control job has no candidate
+            "settings": self.batch_settings(seeds.values).job_settings(),
+            "call_sizes": [entry["sizes"] if entry else None for entry in cached],
             "platform": self.platform,
             "references": [
                 {"key": key, "baseline_mean": r.baseline_mean, "random_mean": r.random_mean}

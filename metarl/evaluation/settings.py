@@ -202,6 +202,12 @@ def sweep_rates(settings: CascadeSettings, config: PPOConfig) -> tuple[float, ..
     return parse_sweep(str(settings.lr_sweep), config.lr)
 
 
+def run_configs(settings: CascadeSettings) -> list[PPOConfig]:
+    """The distinct configs of `plan_runs(settings)`, in plan order: the training programs a
+    trainer job traces call sizes for (the trainer and the parent agree on the order)."""
+    return list(dict.fromkeys(entry.config for entry in plan_runs(settings)))
+
+
 def plan_runs(settings: CascadeSettings) -> list[PlannedRun]:
     """Every scored segment stages 3 and 4 train, in order (the trainer and the parent agree).
 

@@ -230,6 +230,14 @@ def run(job: dict, report) -> dict:
         from metarl.evaluation.preflight import baseline_artifact
 
         job.update(artifacts=[baseline_artifact(task, job["platform"])], probe_seeds=[0])
+    # lazy: as above, nothing of metarl before the rlimits
+    from metarl.evaluation.settings import run_configs
+    from metarl.tasks import behaviour
+
+    configs, n_seeds = run_configs(settings), len(settings.training_seeds())
+    for config, sizes in zip(configs, job.get("call_sizes") or []):
+        if sizes:  # traced by an earlier job on this machine and code (the parent's cache)
+            behaviour.remember_sizes(task, config, n_seeds, sizes)
     outcomes = stages.evaluate_artifacts(
         task,
         job["artifacts"],
@@ -242,7 +250,10 @@ def run(job: dict, report) -> dict:
         isolate=job.get("isolate") is True,
         known_behaviours=job.get("known_behaviours") or {},
     )
-    return {"outcomes": [outcome.to_dict() for outcome in outcomes]}
+    return {
+        "outcomes": [outcome.to_dict() for outcome in outcomes],
+        "call_sizes": [behaviour.traced_sizes(task, config, n_seeds) for config in configs],
+    }
 
 
 def preload_until_job() -> float:

@@ -5,8 +5,11 @@ Why here: the check needs the task's plumbing (how its function is assembled fro
 artifact and plugged into the trainer) to read the trainer's call sizes off the training
 program, and its fingerprint batch for in-domain example rows; the rl layer knows neither.
 
-The call sizes depend only on the task, the configs and the seeds, so they are traced once per
-process (a trainer job evaluates a batch of candidates) and reused.
+The call sizes depend only on the task, the configs and the number of seeds, so they are
+traced once per process (a trainer job evaluates a batch of candidates) and reused; a trainer
+job returns what it traced (`traced_sizes`) and the parent keeps it on disk beside the
+baselines (evaluation/baseline_cache.py) and hands it to later jobs (`remember_sizes`), so a
+machine traces each (task, config, number of seeds) once per version of metarl's code.
 
 Cost, measured on the 2-core CPU (shared, load ~4; classic suite: 3 configs, 4 seeds): reading
 the call sizes ~1.7 s per task and trainer job (one make_jaxpr of BatchProgram's init and
@@ -68,6 +71,34 @@ def training_sizes(
         for role, sizes in _SIZES[key].items():
             merged.setdefault(role, set()).update(sizes)
     return {role: tuple(sorted(sizes)) for role, sizes in merged.items()}
+
+
+SizesJson = list  # [[variant, role, [size, ...]], ...]: one config's sizes, JSON-ready
+
+
+def traced_sizes(task: Task, config: PPOConfig, n_seeds: int) -> SizesJson | None:
+    """The call sizes this process holds for (task, config, number of seeds), JSON-ready; None
+    when it has not traced them."""
+    sizes = _SIZES.get((task.name, config, int(n_seeds)))
+    if sizes is None:
+        return None
+    return [[variant, role, [int(s) for s in found]] for (variant, role), found in sizes.items()]
+
+
+def remember_sizes(task: Task, config: PPOConfig, n_seeds: int, sizes: SizesJson) -> None:
+    """Take the call sizes of (task, config, number of seeds) from the parent (traced by an
+    earlier trainer job on this machine and code) instead of tracing them.
+
+    Args:
+        task: the task.
+        config: the run config.
+        n_seeds: the number of training seeds.
+        sizes: as `traced_sizes` returns them (the parent validated them).
+    """
+    _SIZES[(task.name, config, int(n_seeds))] = {
+        (str(variant), str(role)): tuple(sorted(int(s) for s in found))
+        for variant, role, found in sizes
+    }
 
 
 def _default_rows(signature: ElementSignature, count: int = 64) -> list[np.ndarray]:

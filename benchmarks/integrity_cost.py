@@ -9,7 +9,9 @@ seeds pinned so that no baseline is trained inside the measured evaluation. Prin
 Outcome's timings: `precheck` (the artifact pre-check in a fresh tracer-type worker),
 `behaviour` (the per-sample and gradient checks at the training sizes, including the one trace
 of the training program per run config that the pre-flight reuses), `compile` (the pre-flight
-included), `run` (training) and `total`.
+included), `run` (training) and `total`. Each repeat runs twice, in the same evaluator: with
+the training program's call sizes `traced` by the trainer job (the cache entries deleted first:
+the design before they were kept) and `cached` (read from beside the baselines).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import os
 import platform
 import time
 
+from metarl.evaluation import baseline_cache
 from metarl.evaluation.cascade import Evaluator
 from metarl.evaluation.settings import CascadeSettings
 from metarl.tasks import get_task
@@ -40,20 +43,26 @@ def main() -> None:
     )
     source = get_task("drift").seed_program("ppo_clip").source
     print(f"machine: {platform.node()} ({os.cpu_count()} cores); {args.suite}, {args.timesteps}")
-    print("| repeat | precheck s | behaviour s | compile s | run s | total s | checks % |")
-    print("|---|---|---|---|---|---|---|")
+    columns = "call sizes | precheck s | behaviour s | compile s | run s | total s | checks %"
+    print(f"| repeat | {columns} |")
+    print("|---|---|---|---|---|---|---|---|")
     with Evaluator(settings, workers=1) as evaluator:
         evaluator.references("drift", [0, 1])
         for repeat in range(args.repeats):
-            time.sleep(5.0)  # the spares finish preloading, as during an LLM call
-            outcome = evaluator.evaluate(source, "drift")
-            t = outcome.timings
-            checks = t.get("precheck", 0.0) + t.get("behaviour", 0.0)
-            print(
-                f"| {repeat} | {t.get('precheck', 0):.2f} | {t.get('behaviour', 0):.2f} | "
-                f"{t.get('compile', 0):.2f} | {t.get('run', 0):.2f} | {t['total']:.2f} | "
-                f"{100 * checks / t['total']:.0f} |"
-            )
+            for sizes in ("traced", "cached"):
+                if sizes == "traced":  # the previous design: every trainer job traces them
+                    for entry in baseline_cache.cache_dir().glob("sizes-*.json"):
+                        entry.unlink()
+                time.sleep(5.0)  # the spares finish preloading, as during an LLM call
+                outcome = evaluator.evaluate(source, "drift")
+                t = outcome.timings
+                checks = t.get("precheck", 0.0) + t.get("behaviour", 0.0)
+                print(
+                    f"| {repeat} | {sizes} | {t.get('precheck', 0):.2f} | "
+                    f"{t.get('behaviour', 0):.2f} | {t.get('compile', 0):.2f} | "
+                    f"{t.get('run', 0):.2f} | {t['total']:.2f} | "
+                    f"{100 * checks / t['total']:.0f} |"
+                )
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -39,6 +40,32 @@ HEAVY_FIRST = (
     "test_mutation.py",
     "test_stages.py",
 )
+
+
+XLA_CACHE_VARIABLE = "METARL_TEST_XLA_CACHE"
+
+
+def pytest_configure(config):
+    """The tests' own compiled programs go to one JAX persistent cache shared by the run's
+    workers (and `.ci/run`'s passes): many tests train the same PPO program in-process
+    (CartPole, the baseline, one or two seeds), and each test builds its `jit` afresh, so each
+    paid a compile of ~10-25 s on 2 cores. With the cache an identical program is compiled
+    once per run and loaded after. Trusted code only: the sandboxed trainers keep their own
+    cache, which only the parent writes (evaluation/xla_cache.py). Set here, before any test
+    module runs JAX: the cache is read when JAX first compiles."""
+    import jax
+
+    if os.environ.get(XLA_CACHE_VARIABLE) is None:  # the controller (or a run without xdist)
+        shared = os.environ.get("METARL_TEST_SHARED")
+        if shared:  # `.ci/run`'s passes: one folder for all three, removed by `.ci/run`
+            path = Path(shared) / "xla-tests"
+            path.mkdir(parents=True, exist_ok=True)
+        else:  # this run only: removed when it ends
+            path = Path(tempfile.mkdtemp(prefix="metarl-test-xla-"))
+            config.add_cleanup(lambda: shutil.rmtree(path, ignore_errors=True))
+        os.environ[XLA_CACHE_VARIABLE] = str(path)
+    jax.config.update("jax_compilation_cache_dir", os.environ[XLA_CACHE_VARIABLE])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 
 
 def pytest_collection_modifyitems(config, items):

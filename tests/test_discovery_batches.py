@@ -211,3 +211,10 @@ def test_a_validation_round_that_scores_nothing_keeps_the_incumbent(tmp_path):
     assert [len(b) for b in evaluator.batches] == [2, 3, 2]  # seeds, children, one round
     incumbents = [d["incumbent"] for kind, d in events if kind == "generation"]
     assert incumbents in (["r1-0"], ["r1-1"])
+
+
+def test_the_races_held_are_kept_in_the_state_so_a_resumed_race_keeps_its_number():
+    state = RunState(races=["r1-7", "r1-12"])
+    restored = RunState.restore(json.loads(json.dumps(state.to_dict())))
+    assert restored.races == ["r1-7", "r1-12"]
+    assert "races" not in RunState().to_dict()  # a run without races keeps its stored format

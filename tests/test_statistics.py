@@ -19,6 +19,7 @@ from metarl.evaluation.statistics import (
     iqm_interval,
     probability_of_improvement,
     race,
+    race_confidence,
     significantly_better,
     verdict,
 )
@@ -281,3 +282,20 @@ def test_a_contenders_verdict_does_not_depend_on_the_others():
     assert alone.poi["close"] == together.poi["close"]
     with pytest.raises(ValueError, match="max_runs"):
         race(incumbent, contenders, max_runs=1)
+
+
+def test_a_runs_races_spend_at_most_its_selection_error_however_many_it_holds():
+    looks = 3
+    confidences = [race_confidence(r, looks, 0.05) for r in range(1, 100_001)]
+    # one-sided error per look, over every look of every race: the union bound
+    spent = sum(looks * (1.0 - c) / 2.0 for c in confidences)
+    assert spent <= 0.05 and spent > 0.0499  # all of it, over enough races
+    early = confidences[:1000]
+    assert all(a < b < 1.0 for a, b in zip(early, early[1:]))  # later races: stricter
+    assert race_confidence(1, 3, 0.05) == pytest.approx(1.0 - 2.0 * 0.05 * 6 / np.pi**2 / 3)
+
+
+@pytest.mark.parametrize(("number", "looks", "error"), [(0, 3, 0.05), (1, 0, 0.05), (1, 3, 1.0)])
+def test_a_race_confidence_needs_a_race_a_look_and_an_error_rate_below_one(number, looks, error):
+    with pytest.raises(ValueError):
+        race_confidence(number, looks, error)

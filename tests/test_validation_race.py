@@ -15,6 +15,7 @@ from metarl.archives import Archive
 from metarl.discovery.config import DiscoverConfig
 from metarl.discovery.loop import DiscoveryLoop
 from metarl.discovery.proposers.mutation import MutationProposer
+from metarl.evaluation import statistics
 from metarl.rl.suites import SUITES, Suite
 
 
@@ -99,6 +100,8 @@ def test_a_child_clearly_better_on_validation_wins_after_one_round(tmp_path, rol
     _, rows, events, log = run(tmp_path / "a.db", config(), validation_gain=1.0)
     races = [d for kind, d in events if kind == "confirm"]
     assert races and races[0]["verdict"] == "better" and races[0]["runs"] == 4
+    # the run's first race, three looks (4, 8, 12 seeds): its share of the run's 0.05
+    assert races[0]["confidence"] == statistics.race_confidence(1, 3, 0.05)
     incumbents = [d["incumbent"] for kind, d in events if kind == "generation"]
     assert incumbents[0] == races[0]["id"]
     winner = next(r for r in rows if r["id"] == races[0]["id"])
@@ -125,6 +128,7 @@ def test_a_close_child_is_raced_to_the_cap_and_keeps_the_incumbent(tmp_path, rol
     races = [d for kind, d in events if kind == "confirm"]
     assert races and races[-1]["verdict"] == "tie" and races[-1]["runs"] == 12
     assert [d["runs"] for d in races] == [4, 8, 12]
+    assert len({d["confidence"] for d in races}) == 1  # one race: every look at its confidence
     incumbent = [d["incumbent"] for kind, d in events if kind == "generation"][-1]
     assert incumbent in {r["id"] for r in rows if r["is_seed"]}
     # every validation round drew seeds neither had seen

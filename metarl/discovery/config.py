@@ -97,6 +97,9 @@ class DiscoverConfig:
     confirm: bool = True
     confirm_seeds: int | None = None  # seeds per validation round; default: twice `seeds`
     race_seeds: int | None = None  # the most validation seeds a contender gets; default 3 rounds
+    # the chance that any race of the run calls a challenger BETTER by luck: spent over the
+    # run's races and their looks (evaluation/statistics.py race_confidence)
+    selection_error: float = 0.05
     protocol: str = "quick"  # the evaluation protocol's name (evaluation/protocols.py), recorded
     # learning-rate sweep of every evaluation ("5": a 5-rate log grid around each env's tuned
     # rate; "1e-4,3e-4": those rates), its aggregation ("best" | "mean"); the test envs are
@@ -248,6 +251,10 @@ class DiscoverConfig:
             raise ConfigError(str(error)) from None
         if out.curriculum is not None:
             _check_curriculum(out, suite)
+        if not 0.0 < float(out.selection_error) < 1.0:
+            raise ConfigError(
+                f"selection_error is {out.selection_error}: a chance strictly between 0 and 1"
+            )
         if out.race_seeds < max(2, out.confirm_seeds):
             raise ConfigError(
                 f"race_seeds is {out.race_seeds}: at least confirm_seeds ({out.confirm_seeds}) "

@@ -408,27 +408,38 @@ class DiscoveryLoop:
         A round trains both (one batch: the same fresh seeds) or only the one with fewer
         validation runs; after each, `statistics.race` compares their validation score
         matrices: BETTER wins, WORSE or TIE (the `race_seeds` cap reached, undecided) keeps
-        the incumbent, UNDECIDED runs another round. Every round is archived, so a resumed
-        run continues the race where it stood.
+        the incumbent, UNDECIDED runs another round. Every look is tested at the confidence
+        that keeps the run's chance of any lucky BETTER below `selection_error` (the race's
+        number in the run spends it: statistics.race_confidence). Every round is archived, so a
+        resumed run continues the race where it stood.
 
         Returns:
             Whether the challenger takes the incumbent's place.
         """
         cap = int(self.config.race_seeds)
+        enough = int(self.config.confirm_seeds)
+        if challenger not in self.state.races:  # a resumed race keeps its number
+            self.state.races.append(challenger)
+        confidence = statistics.race_confidence(
+            self.state.races.index(challenger) + 1,
+            -(-cap // enough),  # a look per round: `enough` more seeds each, up to `cap`
+            float(self.config.selection_error),
+        )
         while True:
             if self._same_behaviour(incumbent, challenger):
                 return False
             tables = {cid: self._validation(cid) for cid in (incumbent, challenger)}
             runs = {cid: 0 if m is None else m.shape[0] for cid, (m, _) in tables.items()}
-            enough = int(self.config.confirm_seeds)
             if runs[incumbent] >= enough and runs[challenger] >= enough:
                 paired = roles.comparable(tables[incumbent], tables[challenger])
                 if paired is None:  # no env both define: nothing to compare on
                     return False
-                decision = statistics.race(paired[0], {challenger: paired[1]}, max_runs=cap)
+                decision = statistics.race(
+                    paired[0], {challenger: paired[1]}, max_runs=cap, confidence=confidence
+                )
                 verdict = decision.verdicts[challenger]
                 poi = decision.poi[challenger]
-                self._emit_race(challenger, incumbent, verdict, poi, runs[challenger])
+                self._emit_race(challenger, incumbent, verdict, poi, runs[challenger], confidence)
                 if verdict != statistics.UNDECIDED:
                     return verdict == statistics.BETTER
             behind = [c for c in (incumbent, challenger) if runs[c] <= runs[challenger]]
@@ -553,7 +564,7 @@ class DiscoveryLoop:
         suite = self.task_suite
         return list(suite.validation or suite.envs)
 
-    def _emit_race(self, cid, incumbent, verdict, poi, runs) -> None:
+    def _emit_race(self, cid, incumbent, verdict, poi, runs, confidence) -> None:
         row = self.archive.candidate(cid)
         data = {"id": cid, "name": row["name"], "fitness": row["fitness"]}
         data.update(
@@ -564,6 +575,7 @@ class DiscoveryLoop:
             poi_low=poi.low,
             poi_high=poi.high,
             runs=runs,
+            confidence=confidence,
         )
         self._emit("confirm", data)
 

@@ -140,6 +140,9 @@ class RunState:
     # that changed it: {generation, id, seq: the last candidate scored when it was decided}
     # (the report's incumbent line: archives/report_rows.py); absent until the first one
     incumbents: list[dict] = field(default_factory=list)
+    # the challengers raced so far, in order: a race's number spends the run's selection error
+    # (evaluation/statistics.py race_confidence); absent until the first race
+    races: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -151,6 +154,8 @@ class RunState:
                 del data[key]
         if not data["incumbents"]:  # likewise, until the seed programs are scored
             del data["incumbents"]
+        if not data["races"]:  # likewise, until the first race
+            del data["races"]
         return data
 
     @classmethod
@@ -164,4 +169,5 @@ class RunState:
         values["seed_ids"] = list(data.get("seed_ids") or [])
         values["curriculum_history"] = list(data.get("curriculum_history") or [])
         values["incumbents"] = list(data.get("incumbents") or [])
+        values["races"] = [str(cid) for cid in data.get("races") or []]
         return cls(**values)

@@ -325,8 +325,8 @@ def race(
     depend on the other contenders.
 
     Every call is a fresh test at `confidence`; racing many contenders over many rounds
-    raises the chance that some contender is called BETTER by luck. Raise `confidence`
-    (e.g. divide 1 - confidence by contenders x rounds) where that matters.
+    raises the chance that some contender is called BETTER by luck: `race_confidence` gives
+    the confidence that holds a whole run's chance below a stated rate.
 
     Args:
         incumbent_scores: (runs x tasks) normalised scores of the incumbent.
@@ -354,6 +354,40 @@ def race(
             outcome = TIE
         verdicts[name], pois[name] = outcome, comparison.poi
     return RaceDecision(verdicts, pois)
+
+
+def race_confidence(race_number: int, looks: int, error_rate: float) -> float:
+    """The confidence every look of a run's `race_number`-th race is tested at, so that the
+    chance that the whole run ever calls a challenger BETTER by luck stays below `error_rate`.
+
+    Why: `race` tests afresh at each look, and a run races again after every generation that
+    nominates a challenger; at a fixed 0.95 (one-sided error 0.025 per look), three looks per
+    race and ten races give up to ~0.75 by the union bound (`benchmarks/race_error.py`
+    measures it). Here the run's error is spent over races as error_rate * 6 / (pi^2 r^2)
+    (r = 1, 2, ...: the shares sum to error_rate however many races a run holds, so a resumed
+    or extended run stays within it) and a race's share is split evenly over its looks
+    (Bonferroni: valid for any dependence between looks). BETTER is the lower end of a
+    two-sided interval above 0.5, a one-sided test at (1 - confidence) / 2, so the confidence
+    returned is 1 - 2 * share / looks. The bound is as good as the bootstrap intervals' coverage,
+    which at 4-12 runs is approximate.
+
+    Args:
+        race_number: 1 for the run's first race, 2 for its second, ...
+        looks: the most times the race is decided (rounds with both sides scored).
+        error_rate: the run's tolerated chance of any false BETTER, in (0, 1).
+
+    Returns:
+        The confidence to pass to `race` (in (0, 1)).
+
+    Raises:
+        ValueError: race_number or looks below 1, or error_rate outside (0, 1).
+    """
+    if race_number < 1 or looks < 1:
+        raise ValueError(f"race {race_number} with {looks} looks: both must be at least 1")
+    if not 0.0 < error_rate < 1.0:
+        raise ValueError(f"error_rate is {error_rate}: it must lie strictly between 0 and 1")
+    share = error_rate * 6.0 / (np.pi**2 * race_number**2)
+    return 1.0 - 2.0 * share / looks
 
 
 def _check_settings(resamples: int, confidence: float) -> None:

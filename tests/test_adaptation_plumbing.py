@@ -21,6 +21,7 @@ from metarl.archives import SCHEMA_VERSION, Archive
 from metarl.archives.schema import MIGRATIONS
 from metarl.archives.store import decode_outcome
 from metarl.cli.candidate import _adaptation_cell
+from metarl.evaluation.batch_training import verify_outcome
 from metarl.evaluation.outcome import (
     MAX_ADAPTATION_POINTS,
     EnvScore,
@@ -31,6 +32,7 @@ from metarl.evaluation.outcome import (
     parse_outcome,
 )
 from metarl.evaluation.references import baseline_reference
+from metarl.evaluation.settings import CascadeSettings, Reference, plan_runs
 from metarl.report.adaptation import (
     SCRATCH_LABEL,
     AdaptationCurve,
@@ -557,3 +559,28 @@ def test_a_run_without_adaptation_curves_has_no_adaptation_section(pages):
     assert "fitness" in found and "adaptation" not in found
     assert f"{ppo}-adaptation-plot" not in page
     assert (meta, "adaptation") in sections(page)
+
+
+def test_a_candidates_scratch_reference_is_its_baselines_on_the_same_seeds():
+    """Candidates' programs leave the from-scratch reference out (rl/meta/loop.py); the parent
+    records the baseline's, trained on the same seeds and tasks, with each candidate's score."""
+    settings = CascadeSettings(
+        suite="bandit-tasks@rl2", seeds=2, seed_values=[5, 9], skip_short=True, heldout=False
+    )
+    [entry] = plan_runs(settings)
+    config = entry.config
+    raw = {
+        "env": config.env_name,
+        "seeds": [5, 9],
+        "total_timesteps": entry.steps,
+        "final_returns": [0.6, 0.7],
+        "adaptation": [[0.5, 0.7], [0.6, 0.8]],
+        "scratch": [],  # left out by the candidate's program
+    }
+    outcome = Outcome(passed=True, stage="full")
+    outcome.env_scores = [env_score(raw, 0.6, 0.5, "train", "full")]
+    baseline = {"scratch": [[0.5, 0.5], [0.5, 0.7]]}
+    references = {entry.key: Reference(0.6, 0.5, 1.0, baseline)}
+    verified = verify_outcome(outcome, [entry], references, settings)
+    assert verified.env_scores[0].scratch == [0.5, 0.6]  # the baseline's, its mean per point
+    assert verified.env_scores[0].adaptation == [0.55, 0.75]  # the candidate's own

@@ -392,6 +392,19 @@ def test_the_same_seed_gives_bit_identical_adaptation_curves_and_the_score_is_th
     assert len({tuple(curve) for curve in first.adaptation}) == len(SEEDS)
 
 
+@pytest.mark.slow  # another full compile of the same trainer, without the reference (~11 s)
+def test_a_candidates_program_without_the_scratch_reference_trains_the_same_bits(rl2_runs):
+    """The cascade leaves the from-scratch reference out of candidates' programs (it is the
+    baseline's, the same seeds and tasks): that must change nothing else."""
+    first, _ = rl2_runs
+    trainer = make_meta_env_trainer(RL2_CONFIG, Components(), None, scratch=False)
+    train = jax.jit(jax.vmap(lambda k: trainer.segment(trainer.init(k), RL2_CONFIG.num_updates)[1]))
+    result = train(seed_keys(SEEDS))
+    assert result.scratch is None and first.scratch  # left out, where the baseline has it
+    assert np.asarray(result.adaptation, np.float64).tolist() == first.adaptation
+    assert np.asarray(result.final_return, np.float64).tolist() == first.final_returns
+
+
 def test_each_role_measures_adaptation_on_its_own_held_out_tasks():
     family = family_of(RL2_BANDIT)
     config = RL2_CONFIG

@@ -407,6 +407,9 @@ def verify_outcome(
         reference = references[entry.key]
         raw = asdict(score)
         raw["final_returns"] = raw.pop("returns")
+        # a meta-RL candidate's from-scratch reference is its baseline's (the same seeds,
+        # tasks and config; candidates' programs leave it out: rl/meta/loop.py)
+        raw["scratch"] = reference.run.get("scratch") or raw.get("scratch")
         scores.append(
             env_score(
                 raw,

@@ -259,8 +259,8 @@ def compile_group(
         functions = [candidates[p].function for p in left]
         start = time.perf_counter()
         try:
-            shared = BatchProgram(
-                config, lambda i: task.select(functions, i), len(left), seeds, sweep
+            shared = BatchProgram(  # the from-scratch reference is the baseline's
+                config, lambda i: task.select(functions, i), len(left), seeds, sweep, False
             )
         except Exception:  # not one candidate's fault as far as the pre-flight could tell
             logger.exception("the shared program of %d candidates did not compile", len(left))
@@ -276,7 +276,9 @@ def compile_group(
         active(candidates[position].index)
         try:
             programs[position] = (
-                BatchProgram(config, lambda i, f=function: task.select([f], i), 1, seeds, sweep),
+                BatchProgram(
+                    config, lambda i, f=function: task.select([f], i), 1, seeds, sweep, False
+                ),
                 0,
             )
         except Exception as error:  # this candidate's own program does not compile

@@ -17,11 +17,15 @@ from metarl.rl.trainer import Trainer, whole_run
 
 
 def make_trainer(
-    config: PPOConfig, components: Components = Components(), lr: jax.Array | float | None = None
+    config: PPOConfig,
+    components: Components = Components(),
+    lr: jax.Array | float | None = None,
+    scratch: bool = True,
 ) -> Trainer:
-    """The `Trainer` of `config` (see ppo.make_trainer for `lr` and segments)."""
+    """The `Trainer` of `config` (see ppo.make_trainer for `lr` and segments); `scratch`:
+    a meta-RL trainer also trains its from-scratch reference (rl/meta/loop.py)."""
     if is_meta(config.env_name):
-        return make_meta_env_trainer(config, components, lr)
+        return make_meta_env_trainer(config, components, lr, scratch=scratch)
     return ppo.make_trainer(config, components, lr)
 
 

@@ -189,22 +189,27 @@ def _curve_mean(rows: list[list[float | None]]) -> list[float | None]:
 Select = Callable[[jax.Array], Components]
 
 
-def batch_functions(config: PPOConfig, select: Select) -> tuple[Callable, Callable]:
+def batch_functions(
+    config: PPOConfig, select: Select, scratch: bool = True
+) -> tuple[Callable, Callable]:
     """The two functions a BatchProgram compiles, `init(keys, index)` and
     `segment(runner, index, stop)`, vmapped over seeds; shared with the trainer's pre-flight
-    (evaluation/preflight.py), which traces them to find where a candidate is called."""
+    (evaluation/preflight.py), which traces them to find where a candidate is called.
+    `scratch`: as trainers.make_trainer."""
 
     def init(keys, index):
-        return jax.vmap(make_trainer(config, select(index)).init)(keys)
+        return jax.vmap(make_trainer(config, select(index), scratch=scratch).init)(keys)
 
     def segment(runner, index, stop):
-        trainer = make_trainer(config, select(index))
+        trainer = make_trainer(config, select(index), scratch=scratch)
         return jax.vmap(trainer.segment, in_axes=(0, None))(runner, stop)
 
     return init, segment
 
 
-def sweep_batch_functions(config: PPOConfig, select: Select) -> tuple[Callable, Callable]:
+def sweep_batch_functions(
+    config: PPOConfig, select: Select, scratch: bool = True
+) -> tuple[Callable, Callable]:
     """`batch_functions` with the learning rate as one more vmapped input.
 
     Returns:
@@ -215,13 +220,14 @@ def sweep_batch_functions(config: PPOConfig, select: Select) -> tuple[Callable, 
 
     def init(keys, lrs, index):
         def row(key, lr):
-            return make_trainer(config, select(index), lr=lr).init(key)
+            return make_trainer(config, select(index), lr=lr, scratch=scratch).init(key)
 
         return jax.vmap(row)(keys, lrs)
 
     def segment(runner, lrs, index, stop):
         def row(runner, lr):
-            return make_trainer(config, select(index), lr=lr).segment(runner, stop)
+            trainer = make_trainer(config, select(index), lr=lr, scratch=scratch)
+            return trainer.segment(runner, stop)
 
         return jax.vmap(row)(runner, lrs)
 
@@ -302,6 +308,7 @@ class BatchProgram:
         size: int,
         seeds: Sequence[int],
         learning_rates: Sequence[float] | None = None,
+        scratch: bool = True,
     ):
         """Compile the program.
 
@@ -312,6 +319,8 @@ class BatchProgram:
             seeds: the training seeds.
             learning_rates: None for a plain program (vmapped over seeds, `config.lr`), or
                 the L peak learning rates of a sweep (vmapped over L x S rows).
+            scratch: a meta-RL program also trains its from-scratch reference (False: a
+                candidate's program, whose reference is its baseline's).
         """
         self.config = config
         self.size = int(size)
@@ -322,14 +331,14 @@ class BatchProgram:
         if learning_rates is None:
             self.learning_rates = None
             self._lrs = None
-            init, segment = batch_functions(config, select)
+            init, segment = batch_functions(config, select, scratch)
             self._init = jax.jit(init).lower(self._keys, index).compile()
             runner_shape = jax.eval_shape(init, self._keys, index)
             self._segment = jax.jit(segment).lower(runner_shape, index, index).compile()
         else:
             self.learning_rates = _check_learning_rates(learning_rates)
             self._keys, self._lrs = sweep_rows(self.seeds, self.learning_rates)
-            init, segment = sweep_batch_functions(config, select)
+            init, segment = sweep_batch_functions(config, select, scratch)
             self._init = jax.jit(init).lower(self._keys, self._lrs, index).compile()
             runner_shape = jax.eval_shape(init, self._keys, self._lrs, index)
             self._segment = jax.jit(segment).lower(runner_shape, self._lrs, index, index).compile()

@@ -38,7 +38,11 @@ def maml_settings(family: str, **changes) -> MAMLSettings:
 
 
 def make_meta_env_trainer(
-    config: PPOConfig, components: Components = Components(), lr=None, memory: bool = True
+    config: PPOConfig,
+    components: Components = Components(),
+    lr=None,
+    memory: bool = True,
+    scratch: bool = True,
 ) -> Trainer:
     """The `Trainer` of a meta-RL config (trainers.py dispatches here; `lr` as ppo.make_trainer).
 
@@ -48,6 +52,7 @@ def make_meta_env_trainer(
             (optimizer).
         lr: a traced peak learning rate of a sweep row, or None for config.lr.
         memory: RL² only; False trains the memoryless baseline.
+        scratch: train the from-scratch reference too (loop.make_meta_trainer).
     """
     meta = parse_meta(config.env_name)
     family = family_of(config.env_name)
@@ -62,7 +67,7 @@ def make_meta_env_trainer(
         if config.num_steps != expected:
             raise ValueError(f"MAML on {family.name} needs num_steps = {expected}")
         learner = make_maml_learner(config, components, family, settings, schedule)
-    return make_meta_trainer(config, learner, meta.role)
+    return make_meta_trainer(config, learner, meta.role, scratch)
 
 
 @lru_cache(maxsize=None)

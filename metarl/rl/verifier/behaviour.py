@@ -87,7 +87,7 @@ def training_jaxprs(
         [init jaxpr, segment jaxpr] (ClosedJaxprs).
     """
     keys = seed_keys([int(s) for s in seeds])
-    init, segment = batch_functions(config, select)
+    init, segment = batch_functions(config, select, scratch=False)  # as a candidate is trained
     index = jnp.asarray(0, jnp.int32)
     init_jaxpr, runner = jax.make_jaxpr(init, return_shape=True)(keys, index)
     return [init_jaxpr, jax.make_jaxpr(segment)(runner, index, index)]

@@ -51,7 +51,7 @@ def main() -> None:
         for repeat in range(args.repeats):
             for sizes in ("traced", "cached"):
                 if sizes == "traced":  # the previous design: every trainer job traces them
-                    for entry in baseline_cache.cache_dir().glob("sizes-*.json"):
+                    for entry in baseline_cache.call_sizes_dir().glob("sizes-*.json"):
                         entry.unlink()
                 time.sleep(5.0)  # the spares finish preloading, as during an LLM call
                 outcome = evaluator.evaluate(source, "drift")

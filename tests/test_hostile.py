@@ -433,9 +433,11 @@ class World:
                     _unlink(self.home_cache / name)
         # the cache, byte for byte; trainers (which never run candidate Python, and which no
         # tracer can reach: tests/test_sandbox.py) may only *add* compiled programs under xla/
+        # and the parent the call sizes they traced under call-sizes/ (never change either)
         now = cache_bytes(self.cache)
+        added = ("xla/", "call-sizes/")
         self.cache_snapshot.update(
-            {k: v for k, v in now.items() if k.startswith("xla/") and k not in self.cache_snapshot}
+            {k: v for k, v in now.items() if k.startswith(added) and k not in self.cache_snapshot}
         )
         if now != self.cache_snapshot:
             changed = sorted(

@@ -141,8 +141,15 @@ def valid_sizes(data: object) -> bool:
     return True
 
 
+def call_sizes_dir() -> Path:
+    """The call sizes' folder, beside the baselines' (their own, so that a check of the
+    baselines' folder sees only baselines)."""
+    return cache_root() / "call-sizes"
+
+
 def _path(key: str) -> Path:
-    return cache_dir() / f"{key}.json"
+    folder = call_sizes_dir() if key.startswith("sizes-") else cache_dir()
+    return folder / f"{key}.json"
 
 
 def load(key: str, valid: Callable[[object], bool] | None = None) -> dict | None:
@@ -162,7 +169,7 @@ def load(key: str, valid: Callable[[object], bool] | None = None) -> dict | None
 
 def save(key: str, data: dict) -> None:
     """Atomic write: a killed process never leaves a half-written entry behind."""
-    directory = cache_dir()
+    directory = _path(key).parent
     directory.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
     with os.fdopen(fd, "w") as handle:

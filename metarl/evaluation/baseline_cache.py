@@ -1,4 +1,5 @@
-"""The on-disk cache of baseline runs and random-policy returns: written by the parent only.
+"""The on-disk cache of baseline runs and random-policy returns (and, in `call-sizes/`, the
+training programs' call sizes a trainer traced: `call_sizes_key`): written by the parent only.
 
 A candidate's score is normalised against the task's baseline program trained with the *same*
 seeds, budget and config, so a baseline is needed for every (env, budget, config) a suite uses

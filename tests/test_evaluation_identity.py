@@ -29,6 +29,7 @@ from metarl.discovery.loop import DiscoveryLoop
 from metarl.discovery.proposers.base import Proposal
 from metarl.discovery.state import Slot
 from metarl.evaluation import baseline_cache
+from metarl.evaluation.fidelity import RUNG_STOP, rung_reason
 from metarl.evaluation.outcome import EnvScore, Outcome
 from metarl.evaluation.settings import CascadeSettings
 from metarl.rl.suites import get_suite
@@ -185,6 +186,25 @@ def test_a_program_another_method_scored_is_found_and_not_trained_again(method_r
         outcome = loop._settled(slot, child, child["eval_key"])
         assert outcome is not None and outcome.fitness == 1.0
         assert child["cached_from"] == es["id"]
+
+
+def test_a_verdict_a_rung_gave_is_never_shared(method_rows, tmp_path):
+    """Rungs are no part of the key (a program that passes them scores as at full fidelity),
+    so a program they stopped must not be found by a full-fidelity lookup."""
+    with Archive(tmp_path / "metarl.db") as archive:
+        row = {**method_rows["discover"], "run_id": archive.create_run(task="drift")}
+        row["id"] = f"{row['run_id']}-1"
+        reason = rung_reason(
+            "CartPole-v1", 1024, 1 / 3, [20.0, 21.0], [90.0, 95.0], 20.0, 0.5, 0.95, "b"
+        )
+        stopped = Outcome(passed=False, stage="short", reason=reason)
+        archive.record_candidate(row, stopped)
+        assert archive.candidate(row["id"])["reason"].startswith(RUNG_STOP)
+        assert archive.find_cached(row["hash"], row["eval_key"]) is None
+        # the same program stopped by the short run's threshold is a shared verdict
+        other = {**row, "id": f"{row['run_id']}-2", "seq": row["seq"] + 1}
+        archive.record_candidate(other, Outcome(passed=False, stage="short", reason="short run: x"))
+        assert archive.find_cached(row["hash"], row["eval_key"])["id"] == other["id"]
 
 
 def test_the_baseline_cache_keys_on_the_same_identity_as_the_archive(monkeypatch):

@@ -59,6 +59,13 @@ def eval_settings_key(task: str, settings: Any, identity: Mapping[str, Any]) -> 
         fields.pop(volatile, None)
     if not fields.get("train_envs"):  # keys from before curricula stay as they were
         fields.pop("train_envs", None)
+    # nor do the rungs (evaluation/fidelity.py): a program that passes them scores exactly as
+    # at full fidelity, and one they stopped is never shared (`Archive.find_cached`)
+    for rung_field in ("rungs", "rung_bar", "rung_confidence"):
+        fields.pop(rung_field, None)
+    # a score's window is the run's last 10% wherever the run is cut (rl/ppo.py); scores
+    # archived under the segment's last 10% are not those of today's trainer
+    fields["score_window"] = "run"
     fields["seeds_pinned"] = bool(fields.get("seed_values"))
     if isinstance(fields.get("suite"), str):  # the suite's environments by role, not its name
         fields["suite_roles"] = get_suite(fields["suite"]).roles()

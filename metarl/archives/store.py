@@ -26,6 +26,7 @@ from metarl.archives.columns import (
 )
 from metarl.archives.connection import ArchiveConnection
 from metarl.archives.faults import ArchiveError
+from metarl.evaluation.fidelity import RUNG_STOP
 from metarl.evaluation.outcome import EVALUATOR_FAULT, Outcome
 from metarl.evaluation.roles import role_matrix, summarise
 from metarl.evaluation.statistics import Estimate
@@ -444,12 +445,15 @@ class Archive(ArchiveConnection):
 
     def find_cached(self, source_hash: str, eval_key: str) -> dict | None:
         """An earlier, real (not cached, not duplicate) evaluation of the same program under the
-        same evaluation settings anywhere in this archive."""
+        same evaluation settings anywhere in this archive; never one a rung stopped (its
+        verdict is that run's fidelity, which the key leaves out: archives/keys.py)."""
         rows = self.query(
             "SELECT * FROM candidates WHERE hash = ? AND eval_key = ? AND cached_from IS NULL "
             "AND status IN ('passed', 'failed') AND outcome IS NOT NULL "
-            "AND coalesce(reason, '') NOT LIKE ? ORDER BY created_at LIMIT 1",
-            (source_hash, eval_key, EVALUATOR_FAULT + "%"),  # an older archive's faults
+            "AND coalesce(reason, '') NOT LIKE ? AND coalesce(reason, '') NOT LIKE ? "
+            "ORDER BY created_at LIMIT 1",
+            # an older archive's faults; a rung's stop
+            (source_hash, eval_key, EVALUATOR_FAULT + "%", RUNG_STOP + "%"),
         )
         return decode_row("candidates", rows[0]) if rows else None
 

@@ -64,6 +64,7 @@ def discover(
     protocol: flags.ProtocolOption = None,
     heldout: flags.HeldoutOption = None,
     skip_short: flags.SkipShortOption = None,
+    fidelity: flags.FidelityOption = None,
     timeout: flags.TimeoutOption = None,
     unsafe_no_sandbox: flags.UnsafeNoSandboxOption = None,
     model: flags.ModelOption = None,

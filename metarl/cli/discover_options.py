@@ -189,6 +189,14 @@ SkipShortOption = Annotated[
     Optional[bool],
     typer.Option("--skip-short/--no-skip-short", help="Skip the cascade's short run."),
 ]
+FidelityOption = Annotated[
+    Optional[str],
+    typer.Option(
+        "--fidelity",
+        help="rungs (default): a child clearly below half the baseline's progress at 1/3 of a "
+        "training env's run stops there; full: every child trains its whole budget.",
+    ),
+]
 TimeoutOption = Annotated[
     Optional[float], typer.Option("--timeout", help="Per-evaluation time limit in seconds.")
 ]
@@ -251,7 +259,7 @@ SEARCH = (
     "task", "suite", "proposer", "rng_seed", "seeds", "seed_values", "timesteps", "children",
     "islands", "population", "guidance_every", "mode", "model_choice", "models", "confirm",
     "confirm_seeds", "race_seeds", "lr_sweep", "lr_aggregation", "curriculum",
-    "curriculum_levels", "protocol", "heldout", "skip_short",
+    "curriculum_levels", "protocol", "heldout", "skip_short", "fidelity",
 )  # fmt: skip
 
 

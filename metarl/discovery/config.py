@@ -36,6 +36,7 @@ from pathlib import Path
 
 from metarl.discovery.proposers import PROPOSERS
 from metarl.errors import USAGE, MetarlError
+from metarl.evaluation.fidelity import DISCOVERY_RUNGS, FIDELITIES, validate_rungs
 from metarl.evaluation.protocols import UnknownProtocol, get_protocol
 from metarl.evaluation.seeds import SeedError, parse_seed_values
 from metarl.evaluation.settings import CascadeSettings, validate_rates
@@ -78,6 +79,11 @@ class DiscoverConfig:
     short_timesteps: int | None = None  # the cascade's short run; None: derived by the cascade
     short_threshold: float = CascadeSettings.short_run_threshold
     skip_short: bool = False
+    # multi-fidelity (evaluation/fidelity.py): "rungs" stops a child clearly below half the
+    # baseline's progress at a rung of each training env's run; "full": every child trains
+    # its whole budget
+    fidelity: str = "rungs"
+    rungs: list[float] = field(default_factory=lambda: list(DISCOVERY_RUNGS))
     timeout: float = CascadeSettings.timeout_s  # per evaluation, seconds
     memory_mb: int = CascadeSettings.memory_mb
     # run candidates without bubblewrap: NOT a security boundary (see README, Safety)
@@ -251,6 +257,14 @@ class DiscoverConfig:
             raise ConfigError(str(error)) from None
         if out.curriculum is not None:
             _check_curriculum(out, suite)
+        if out.fidelity not in FIDELITIES:
+            raise ConfigError(
+                f"unknown fidelity {out.fidelity!r}; choose " + " or ".join(FIDELITIES)
+            )
+        try:
+            validate_rungs(out.rungs)
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
         if not 0.0 < float(out.selection_error) < 1.0:
             raise ConfigError(
                 f"selection_error is {out.selection_error}: a chance strictly between 0 and 1"

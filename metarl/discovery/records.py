@@ -59,6 +59,8 @@ def cascade_settings(
         validation=validation,
         train=purpose in ("child", "seed") or (purpose == "confirm" and not validation),
         skip_short=config.skip_short if purpose == "child" else True,
+        # rungs for the children only: seeds, races and final measurements train their budget
+        rungs=list(config.rungs) if purpose == "child" and config.fidelity == "rungs" else None,
         behaviour_novelty=config.behaviour_novelty,
         unsafe_no_sandbox=config.unsafe_no_sandbox,
         # probe inputs: fresh (unpredictable) for drawn seeds; fixed with pinned seeds, so a

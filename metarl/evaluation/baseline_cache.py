@@ -83,6 +83,9 @@ def baseline_key(
         "updates": int(updates),
         "training_seed": int(training_seed),
         "layout": [int(s) for s in (layout or (training_seed,))],
+        # the final return's window is the run's last 10%, wherever the run was cut into
+        # segments (rl/ppo.py); baselines cached under the segment's last 10% are not read
+        "window": "run",
     }
     if sweep:  # only then: unswept keys stay as they were
         payload["sweep"] = [float(lr) for lr in sweep]

@@ -62,6 +62,7 @@ from dataclasses import asdict
 from typing import Callable, Sequence
 
 from metarl.evaluation import baseline_cache
+from metarl.evaluation.fidelity import rung_reason
 from metarl.evaluation.near_duplicates import KnownPrograms, known_programs
 from metarl.evaluation.outcome import (
     MalformedResult,
@@ -321,7 +322,12 @@ class BatchTraining:
             "call_sizes": [entry["sizes"] if entry else None for entry in cached],
             "platform": self.platform,
             "references": [
-                {"key": key, "baseline_mean": r.baseline_mean, "random_mean": r.random_mean}
+                {
+                    "key": key,
+                    "baseline_mean": r.baseline_mean,
+                    "random_mean": r.random_mean,
+                    "baseline_returns": r.run.get("final_returns"),  # per seed: the rungs' pairs
+                }
                 for key, r in references.items()
             ],
             "isolate": isolate,
@@ -421,15 +427,29 @@ def verify_outcome(
             )
         )
     outcome.env_scores = scores
-    short = [s for i, s in enumerate(scores) if scored[i].stage == "short"]
     threshold = settings.short_run_threshold
     outcome.fitness = outcome.heldout = outcome.fitness_ci = outcome.heldout_ci = None
     outcome.validation = outcome.validation_ci = None
     if outcome.passed:
         if len(scores) != len(scored):
             raise MalformedResult(f"{len(scores)} env scores for {len(scored)} planned runs")
-        for score in short:
-            if score.normalised is not None and score.normalised < threshold:
-                raise MalformedResult("a passed candidate is below the short-run threshold")
+        for entry, score in zip(scored, scores):
+            if entry.stage != "short":
+                continue
+            if entry.rung is None:
+                if score.normalised is not None and score.normalised < threshold:
+                    raise MalformedResult("a passed candidate is below the short-run threshold")
+            elif rung_reason(
+                score.env,
+                score.total_timesteps,
+                entry.rung,
+                score.returns,
+                references[entry.key].run.get("final_returns") or [],
+                references[entry.key].random_mean,
+                settings.rung_bar,
+                settings.rung_confidence,
+                "the baseline",
+            ):
+                raise MalformedResult("a passed candidate is clearly below the bar at a rung")
         score_roles(outcome, settings.lr_aggregation)
     return outcome

@@ -12,6 +12,7 @@ import os
 from dataclasses import asdict, dataclass
 
 from metarl.evaluation.baseline_cache import compilation_cache_dir
+from metarl.evaluation.fidelity import RUNG_BAR, RUNG_CONFIDENCE, rung_updates, validate_rungs
 from metarl.evaluation.seeds import check_values
 from metarl.rl.configs import PPOConfig
 from metarl.rl.lr_sweep import parse_sweep
@@ -82,6 +83,12 @@ class CascadeSettings:
     lr_aggregation: str = "best"  # a swept env's score: "best" rate or "mean" over the rates
     lr_scale: float = 1.0  # every env's tuned rate times this (the rate chosen on validation)
     skip_short: bool = False
+    # multi-fidelity (evaluation/fidelity.py): fractions of each training env's run at which a
+    # candidate clearly below `rung_bar` of the baseline's progress on the same seeds stops;
+    # None or []: none (every candidate past the short run trains its whole budget)
+    rungs: list[float] | None = None
+    rung_confidence: float = RUNG_CONFIDENCE  # the one-sided confidence of "clearly below"
+    rung_bar: float = RUNG_BAR  # the fraction of the baseline's progress a rung asks for
     # stop a candidate after the probes as a near-duplicate of a known one whose behaviour
     # descriptor is within this relative distance (evaluation/near_duplicates.py); 0: off.
     # Which candidates are known is the caller's (a run's own), so it is no part of a score.
@@ -141,7 +148,8 @@ class PlannedRun:
 
     A short run is the first segment of the first training env's full run (same config, same
     compiled program, learning rate annealed over the whole run), stopped at `updates`; the
-    full run continues it from there.
+    full run continues it from there. A rung is a "short" segment of any training env's run at
+    which the candidate is tested against the baseline (evaluation/fidelity.py).
     """
 
     stage: str  # "short" | "full"
@@ -150,6 +158,9 @@ class PlannedRun:
     updates: int  # the update this segment stops at (config.num_updates for a full run)
     # the learning rates its program sweeps (this segment is the row at `config.lr`); ()
     sweep: tuple[float, ...] = ()
+    # a rung of multi-fidelity evaluation (evaluation/fidelity.py): the fraction of the run it
+    # stops at, decided against the baseline's same segment; None: the short run or a full run
+    rung: float | None = None
 
     @property
     def heldout(self) -> bool:
@@ -248,6 +259,31 @@ def plan_runs(settings: CascadeSettings) -> list[PlannedRun]:
         updates = min(full.num_updates, max(1, -(-short // full.batch_size)))
         plan.append(PlannedRun("short", full, "train", updates, rates))
 
+    def rung_runs(env: str) -> list[PlannedRun]:
+        """The env's rungs, in order, at the rate nearest its tuned one (as the short run)."""
+        config = tuned(env)
+        rates = sweep_rates(settings, config)
+        if rates:
+            nearest = min(rates, key=lambda lr: (abs(math.log(lr / config.lr)), lr))
+            config = config.replace(lr=nearest)
+        # the first env's short run is a segment of the same run: the segments go in order
+        runs = [plan.pop()] if plan and plan[-1].config == config else []
+        earlier = {entry.updates for entry in runs}
+        for rung in sorted(settings.rungs or ()):
+            updates = rung_updates(rung, config.num_updates)
+            if updates is not None and updates not in earlier:
+                earlier.add(updates)
+                runs.append(PlannedRun("short", config, "train", updates, rates, rung=rung))
+        runs.sort(key=lambda entry: entry.updates)
+        # a rung ends a segment; the next must be at least its stop's score window long (the
+        # run's last 10%: rl/ppo.py), or the rung would change the next score
+        kept, after = [], config.num_updates
+        for entry in reversed(runs):
+            if entry.rung is None or after - entry.updates >= max(1, after // 10):
+                kept.insert(0, entry)
+                after = entry.updates
+        return kept
+
     def full_runs(env: str, role: str) -> list[PlannedRun]:
         config = tuned(env)
         rates = sweep_rates(settings, config)
@@ -259,6 +295,7 @@ def plan_runs(settings: CascadeSettings) -> list[PlannedRun]:
         ]
 
     for env in train:
+        plan += rung_runs(env)
         plan += full_runs(env, "train")
     for env in picked(suite.validation, settings.validation):
         plan += full_runs(env, "validation")
@@ -276,6 +313,7 @@ def validate(settings: CascadeSettings) -> None:
     """
     from metarl.rl.suites import get_suite  # lazy: as in plan_runs
 
+    validate_rungs(settings.rungs or ())
     suite = get_suite(settings.suite)  # UnknownSuite, a KeyError with a readable message
     if settings.envs is not None:
         unknown = [e for e in settings.envs if e not in suite.all_envs]

@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from metarl.evaluation.fidelity import rung_reason
 from metarl.evaluation.near_duplicates import BehaviourIndex, behaviour_descriptor, near_reason
 from metarl.evaluation.outcome import EnvScore, Outcome, env_score
 from metarl.evaluation.preflight import compile_group
@@ -324,7 +325,22 @@ def _train_group(
                 check_run(run, entry.config)
                 score = _score(run, entry, references)
                 outcome.env_scores.append(score)
-                if entry.stage == "short":
+                if entry.rung is not None:
+                    baseline = references[entry.key].get("baseline_returns")
+                    reason = baseline and rung_reason(
+                        score.env,
+                        score.total_timesteps,
+                        entry.rung,
+                        score.returns,
+                        baseline,
+                        references[entry.key]["random_mean"],
+                        settings.rung_bar,
+                        settings.rung_confidence,
+                        task.baseline_name,
+                    )
+                    if reason:
+                        raise StageFailure(reason)
+                elif entry.stage == "short":
                     if score.normalised is None:
                         outcome.warnings.append(
                             f"short run: the normalised score on {score.env} is undefined (the "

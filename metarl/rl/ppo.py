@@ -377,15 +377,17 @@ def make_trainer(
     def segment(runner: Runner, stop: jax.Array) -> tuple[Runner, TrainResult]:
         """Run updates runner.update .. stop-1 and summarise the run so far.
 
-        The final return is that of the episodes ended in the last 10% of this segment's
-        updates (of the whole run, when the segment starts at update 0 and stops at the end),
-        or with `config.eval_episodes` the greedy evaluation's mean return at the segment's
-        end; the positive value loss is the mean over the same updates.
+        The final return is that of the episodes ended in the last 10% of the run's updates
+        so far (updates max(1, stop // 10) before `stop`), or with `config.eval_episodes` the
+        greedy evaluation's mean return at the segment's end; the positive value loss is the
+        mean over the same updates. The window is the run's, not the segment's, so where the
+        evaluator cuts a run into segments (a short run, the rungs of evaluation/fidelity.py)
+        never changes a score, as long as the last segment is at least the window long (a
+        shorter one is scored over its own updates).
         """
         stop = jnp.asarray(stop, jnp.int32)
-        length = stop - runner.update
         runner = runner._replace(
-            tail_start=stop - jnp.maximum(1, length // 10),
+            tail_start=jnp.maximum(runner.update, stop - jnp.maximum(1, stop // 10)),
             tail=jnp.zeros((2,), jnp.float32),
             tail_advantage=jnp.zeros((2,), jnp.float32),
         )

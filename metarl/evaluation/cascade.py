@@ -21,7 +21,9 @@ Each stage passes or stops the candidate with one clear reason, written for the 
    `short_run_threshold` (default 0.25: a quarter of the way from a random policy to the task's
    baseline seed). When the baseline is no better than random at that point the score is
    undefined and the candidate is not filtered (a warning says so). When the short budget is
-   the whole run, the short run *is* the full run on that environment.
+   the whole run, the short run *is* the full run on that environment. With `rungs`
+   (discovery's children: fidelity.py) each training run is also cut at its rungs, where a
+   candidate clearly below half the baseline's progress on the same seeds stops.
 4. **full run**: the rest of that run (the same compiled program continues it), then every
    other training environment of the suite (and, with `heldout`, the held-out ones), all
    seeds, full budget. Fitness = mean normalised score over the training environments

@@ -100,7 +100,7 @@ def main() -> None:
         f"rungs {[round(r, 3) for r in DISCOVERY_RUNGS]}"
     )
     arms = {"full": score(full, sources), "rungs": score(rungs, sources)}
-    print("| fidelity | env steps per seed | wall s | passed | stopped at short | at a rung | top |")
+    print("| fidelity | env steps per seed | wall s | passed | stopped early | at a rung | top |")
     print("|---|---|---|---|---|---|---|")
     for name, (outcomes, wall) in arms.items():
         steps = sum(env_steps(o) for o in outcomes)

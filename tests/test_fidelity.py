@@ -3,6 +3,7 @@ half the baseline's progress on the same seeds stops, and nothing else changes."
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, replace
 
 import numpy as np
@@ -14,6 +15,7 @@ from metarl.evaluation import stages
 from metarl.evaluation.batch_training import verify_outcome
 from metarl.evaluation.fidelity import paired_upper_bound, rung_reason, rung_updates
 from metarl.evaluation.outcome import MalformedResult
+from metarl.evaluation.references import baseline_reference
 from metarl.evaluation.settings import CascadeSettings, Reference, plan_runs, validate
 from metarl.platform import backend
 from metarl.tasks import get_task
@@ -218,3 +220,18 @@ def test_where_a_run_is_cut_into_segments_never_changes_its_scores(baselines):
             assert [r["positive_value_loss"] for r in mine] == [
                 r["positive_value_loss"] for r in baselines[key]["runs"]
             ]
+
+
+def test_a_baseline_seed_with_no_ended_episode_makes_the_reference_undefined_not_a_crash():
+    """A rung early in a long-episode env (Freeway-MinAtar at 1/3 of 2e5 steps) can end where
+    no episode of a seed ended in the window: the cached return is None. The reference is then
+    NaN (normalised scores undefined) and the rung decides nothing."""
+    runs = [
+        {"final_returns": [None], "seeds": [0], "curve": [], "curve_std": []},
+        {"final_returns": [3.0], "seeds": [1], "curve": [], "curve_std": []},
+    ]
+    reference = baseline_reference(runs, 0.5)
+    assert math.isnan(reference.baseline_mean)
+    assert reference.run["final_returns"][1] == 3.0
+    bars = reference.run["final_returns"]
+    assert rung_reason("E", 1, 0.3, [0.0, 0.0], bars, 0.5, 0.5, 0.95, "b") is None

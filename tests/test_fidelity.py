@@ -114,14 +114,15 @@ def test_a_rung_outside_the_budget_is_refused_in_one_line():
         DiscoverConfig(task="drift", suite="smoke", fidelity="half").resolved()
 
 
-def test_discovery_puts_rungs_on_children_only_and_full_fidelity_turns_them_off():
-    config = DiscoverConfig(task="drift", suite="smoke").resolved()
-    assert config.fidelity == "rungs" and config.rungs == [1 / 3]
+def test_discovery_puts_rungs_on_children_only_and_only_when_asked():
+    config = DiscoverConfig(task="drift", suite="smoke", fidelity="rungs").resolved()
+    assert config.rungs == [1 / 3]
     assert cascade_settings(config, "child", [0, 1]).rungs == [1 / 3]
     for purpose in ("seed", "confirm", "final"):
         assert not cascade_settings(config, purpose, [0, 1]).rungs
-    full = DiscoverConfig(task="drift", suite="smoke", fidelity="full").resolved()
-    assert cascade_settings(full, "child", [0, 1]).rungs is None
+    default = DiscoverConfig(task="drift", suite="smoke").resolved()
+    assert default.fidelity == "full"  # off until a rung before any ended episode is handled
+    assert cascade_settings(default, "child", [0, 1]).rungs is None
 
 
 # -- the stages, in process ------------------------------------------------------------------------

@@ -193,8 +193,8 @@ FidelityOption = Annotated[
     Optional[str],
     typer.Option(
         "--fidelity",
-        help="rungs (default): a child clearly below half the baseline's progress at 1/3 of a "
-        "training env's run stops there; full: every child trains its whole budget.",
+        help="full (default): every child trains its whole budget; rungs: a child clearly "
+        "below half the baseline's progress at 1/3 of a training env's run stops there.",
     ),
 ]
 TimeoutOption = Annotated[

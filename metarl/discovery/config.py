@@ -81,8 +81,9 @@ class DiscoverConfig:
     skip_short: bool = False
     # multi-fidelity (evaluation/fidelity.py): "rungs" stops a child clearly below half the
     # baseline's progress at a rung of each training env's run; "full": every child trains
-    # its whole budget
-    fidelity: str = "rungs"
+    # its whole budget. Off by default: on MinAtar at 2e5 steps a rung at 1/3 ends before any
+    # Freeway episode does, and the trainer's result is then refused (benchmarks/RESULTS.md)
+    fidelity: str = "full"
     rungs: list[float] = field(default_factory=lambda: list(DISCOVERY_RUNGS))
     timeout: float = CascadeSettings.timeout_s  # per evaluation, seconds
     memory_mb: int = CascadeSettings.memory_mb

@@ -3,6 +3,7 @@ half the baseline's progress on the same seeds stops, and nothing else changes."
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import asdict, replace
 
@@ -14,7 +15,7 @@ from metarl.discovery.records import cascade_settings
 from metarl.evaluation import stages
 from metarl.evaluation.batch_training import verify_outcome
 from metarl.evaluation.fidelity import paired_upper_bound, rung_reason, rung_updates
-from metarl.evaluation.outcome import MalformedResult
+from metarl.evaluation.outcome import MalformedResult, parse_outcome
 from metarl.evaluation.references import baseline_reference
 from metarl.evaluation.settings import CascadeSettings, Reference, plan_runs, validate
 from metarl.platform import backend
@@ -236,3 +237,24 @@ def test_a_baseline_seed_with_no_ended_episode_makes_the_reference_undefined_not
     assert reference.run["final_returns"][1] == 3.0
     bars = reference.run["final_returns"]
     assert rung_reason("E", 1, 0.3, [0.0, 0.0], bars, 0.5, 0.5, 0.95, "b") is None
+
+
+def test_a_seed_with_no_ended_episode_at_a_rung_is_undecided_not_malformed(artifact, baselines):
+    """The candidate's own rung return can be undefined too (no Freeway-MinAtar episode ends in
+    the first third of 2e5 steps): through the worker's JSON (NaN becomes None) the parent reads
+    it as NaN, the rung decides nothing and the other scores stand."""
+    references = _references(baselines, inflate=1000.0)  # clearly below the bar, if defined
+    honest = stages.evaluate_artifact(DRIFT, artifact, RUNGS, _references(baselines), 7, PLATFORM)
+    assert honest.passed, honest.reason
+    honest.env_scores[0].returns = [math.nan, 1.0]  # the rung: seed 0 ended no episode
+    message = parse_outcome(json.loads(json.dumps(honest.to_dict())))
+    assert message.env_scores[0].returns[0] is None
+    parent = {
+        key: Reference(r["baseline_mean"], r["random_mean"], 1.0, {"final_returns": returns})
+        for key, r in references.items()
+        for returns in [r["baseline_returns"]]
+    }
+    verified = verify_outcome(message, plan_runs(RUNGS), parent, RUNGS)
+    rung = verified.env_scores[0]
+    assert math.isnan(rung.returns[0]) and math.isnan(rung.mean) and rung.normalised is None
+    assert [s.mean for s in verified.env_scores[1:]] == [s.mean for s in honest.env_scores[1:]]

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Callable
 
 from metarl import platform
-from metarl.rl.configs import PPOConfig
+from metarl.rl.configs import PPOConfig, program_key
 
 
 def cache_root() -> Path:
@@ -115,11 +115,12 @@ def code_digest() -> str:
 def call_sizes_key(task_name: str, config: PPOConfig, n_seeds: int) -> str:
     """The cache key of the sizes the training program of `config` on `n_seeds` seeds calls
     the task's programs with (tasks/behaviour.py): they depend on the task, the config, the
-    number of seeds (not their values) and metarl's code (`code_digest`)."""
+    number of seeds (not their values) and metarl's code (`code_digest`); every level of an
+    env family shares them (`program_key`)."""
     payload = {
         "kind": "call-sizes",
         "task": task_name,
-        "config": config.to_dict(),
+        "config": program_key(config).to_dict(),
         "n_seeds": int(n_seeds),
         "code": code_digest(),
     }

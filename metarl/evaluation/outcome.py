@@ -404,7 +404,13 @@ def env_score(
     """
     if not isinstance(run.get("env"), str):
         raise MalformedResult("env is not a string")
-    returns = _numbers(run.get("final_returns"), "final_returns")
+    # None (JSON's non-finite) is a seed with no episode ended in the scored window: e.g.
+    # Freeway-MinAtar's 2,500-step episodes before a rung. Its return is undefined (NaN), so the
+    # env's mean and normalised score are too; the seed is not malformed.
+    returns = [
+        math.nan if r is None else r
+        for r in _numbers(run.get("final_returns"), "final_returns", allow_none=True)
+    ]
     if not returns:
         raise MalformedResult("final_returns is empty")
     mean = float(np.mean(returns)) if all(map(math.isfinite, returns)) else math.nan

@@ -36,7 +36,7 @@ import jax.numpy as jnp
 from jax import export as jax_export
 
 from metarl.rl.configs import PPOConfig
-from metarl.rl.training import BatchProgram
+from metarl.rl.training import BatchProgram, program_key
 from metarl.rl.verifier.artifact import (
     ArtifactRejected,
     decode,
@@ -209,6 +209,7 @@ def compile_group(
     report: Callable[..., None],
     stage: str = "short",
     learning_rates: Sequence[float] = (),
+    programs_by_key: dict | None = None,
 ) -> GroupPrograms:
     """Pre-flight every candidate, then compile the program(s) that train those that passed.
 
@@ -230,6 +231,10 @@ def compile_group(
         report: the trainer's progress callback.
         stage: the stage the candidates train in first (what a failure here stops them at).
         learning_rates: the rates the program sweeps (an extra vmapped axis); () for none.
+        programs_by_key: the batch's programs compiled so far, by `program_key`: a run on
+            another member of a family already compiled (a curriculum's next level) reuses
+            them, its level an input (`BatchProgram.on`), with nothing traced or compiled and
+            the same pre-flight verdicts. Filled in here. None: always compile.
 
     Returns:
         The programs, failures and compile-time shares, by position.
@@ -238,6 +243,10 @@ def compile_group(
     def active(index: int | None) -> None:
         report("active", index=index, **({"stage": stage} if index is not None else {}))
 
+    key = (program_key(config), tuple(learning_rates), isolate)
+    known = (programs_by_key or {}).get(key)
+    if known is not None and all(c.index in known for c in candidates):
+        return _reuse(config, candidates, known)
     start = time.perf_counter()
     sites = call_sites(task, config, seeds, platform)
     failures: dict[int, str] = {}
@@ -288,4 +297,22 @@ def compile_group(
         finally:
             active(None)
         compile_s[position] += time.perf_counter() - start
+    if programs_by_key is not None:
+        programs_by_key[key] = {
+            c.index: failures.get(p) or programs[p] for p, c in enumerate(candidates)
+        }
     return GroupPrograms(programs, failures, compile_s)
+
+
+def _reuse(config: PPOConfig, candidates: Sequence, known: dict) -> GroupPrograms:
+    """GroupPrograms for `candidates` out of another family member's (`compile_group`)."""
+    programs, failures = [], {}
+    for position, candidate in enumerate(candidates):
+        entry = known[candidate.index]
+        if isinstance(entry, str):
+            failures[position] = entry
+            programs.append(None)
+        else:
+            program, slot = entry
+            programs.append((program.on(config), slot))
+    return GroupPrograms(programs, failures, [0.0] * len(candidates))

@@ -15,6 +15,7 @@ and the sandbox worker (evaluation/worker.py) only wires them to its result chan
 
 from __future__ import annotations
 
+import math
 import os
 import resource
 import socket
@@ -36,7 +37,7 @@ from metarl.evaluation.tracing import (  # the tracer's half; re-exported for ol
     trace_candidate,
 )
 from metarl.rl.configs import PPOConfig
-from metarl.rl.training import BatchProgram, EnvRun, random_policy_return
+from metarl.rl.training import BatchProgram, EnvRun, program_key, random_policy_return
 from metarl.rl.verifier.artifact import (
     ArtifactRejected,
     callables,
@@ -284,9 +285,12 @@ def _train_group(
     report: Report,
     platform: str = "cpu",
     isolate: bool = False,
+    programs_by_key: dict | None = None,
 ) -> list[_Candidate]:
     """Train every live candidate through one run's segments with one compiled program (with
-    `isolate`, one each) after its pre-flight (preflight.py), between `active` events.
+    `isolate`, one each) after its pre-flight (preflight.py), between `active` events; a run
+    on another member of an env family already compiled for reuses that program
+    (`programs_by_key`, see preflight.compile_group).
 
     Returns:
         The candidates still alive afterwards; the others' outcomes say why they stopped.
@@ -295,7 +299,16 @@ def _train_group(
     threshold = float(settings.short_run_threshold)
     config, sweep = group[0].config, group[0].sweep
     compiled = compile_group(
-        task, config, alive, seeds, platform, isolate, report, group[0].stage, sweep
+        task,
+        config,
+        alive,
+        seeds,
+        platform,
+        isolate,
+        report,
+        group[0].stage,
+        sweep,
+        programs_by_key,
     )
     survivors = []
     for position, candidate in enumerate(alive):
@@ -342,10 +355,14 @@ def _train_group(
                         raise StageFailure(reason)
                 elif entry.stage == "short":
                     if score.normalised is None:
+                        why = (
+                            "the baseline is no better than a random policy at this budget"
+                            if math.isfinite(score.mean)
+                            else "a seed ended no episode in the scored window"
+                        )
                         outcome.warnings.append(
-                            f"short run: the normalised score on {score.env} is undefined (the "
-                            "baseline is no better than a random policy at this budget); not "
-                            "filtered"
+                            f"short run: the normalised score on {score.env} is undefined "
+                            f"({why}); not filtered"
                         )
                     elif score.normalised < threshold:
                         raise StageFailure(short_run_reason(score, threshold, task.baseline_name))
@@ -430,10 +447,13 @@ def evaluate_artifacts(
             prepared.artifact = artifact
             outcomes.append(prepared.outcome)
             alive.append(prepared)
+    programs_by_key: dict = {}  # one program per env family, config and layout
     for group in group_by_config(plan_runs(settings)):
         if not alive:
             break
-        alive = _train_group(task, group, alive, settings, references, report, platform, isolate)
+        alive = _train_group(
+            task, group, alive, settings, references, report, platform, isolate, programs_by_key
+        )
     for candidate in alive:
         outcome = candidate.outcome
         outcome.passed, outcome.stage, outcome.fault = True, "full", None
@@ -493,15 +513,18 @@ def train_baselines(
     seeds = settings.training_seeds()
     wanted = set(keys)
     clock.enter("full")
-    runs, randoms = [], {}
+    runs, randoms, programs = [], {}, {}
     for group in group_by_config(plan_runs(settings)):
         if not wanted.intersection(entry.key for entry in group):
             continue
         config, sweep = group[0].config, group[0].sweep
-        program = BatchProgram(
-            config, lambda i: task.select([function], i), 1, seeds, tuple(sweep) or None
-        )
-        clock.add("compile", program.compile_s)
+        key = (program_key(config), tuple(sweep))  # a family's levels share one program
+        if key not in programs:
+            programs[key] = BatchProgram(
+                config, lambda i: task.select([function], i), 1, seeds, tuple(sweep) or None
+            )
+            clock.add("compile", programs[key].compile_s)
+        program = programs[key].on(config)
         runner, done, per_rate = program.start(0), None, {}
         for entry in group:
             if entry.key not in wanted:

@@ -20,6 +20,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 
+from metarl.rl.environments.names import env_family
 from metarl.rl.meta.names import UnknownMetaEnv, is_meta, parse_meta
 
 
@@ -203,3 +204,14 @@ def default_config(env_name: str, **overrides) -> PPOConfig:
         base = dict(CLASSIC_CONTROL)
     base.update(overrides)
     return PPOConfig(env_name=env_name, **base)
+
+
+def program_key(config: PPOConfig) -> PPOConfig:
+    """What decides a compiled training program: `config` with its env replaced by the env's
+    family (`names.env_family`), so every level of a family shares one program, its level an
+    input (rl/training.py `BatchProgram.on`). With a greedy evaluation the level's time limit
+    is the evaluation's static length, so such a config keeps its own env (and program)."""
+    family = None if is_meta(config.env_name) else env_family(config.env_name)
+    if family is None or config.eval_episodes > 0:
+        return config
+    return config.replace(env_name=family)

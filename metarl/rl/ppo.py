@@ -31,6 +31,7 @@ number every layer above scores. The learning curve stays the training curve.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, NamedTuple
 
 import jax
@@ -90,6 +91,9 @@ class Runner(NamedTuple):
     tail_start: jax.Array  # int32: episodes ending from this update on count in `tail`
     tail: jax.Array  # [2]: return sum and episode count of the current segment's tail
     tail_advantage: jax.Array  # [2]: positive value loss sum and update count of the same tail
+    # the env's params when it is one member of a family (`FlatDiscreteEnv.family`: a grid
+    # level, a gymnax variant), an input of the program; None: the env's own, constants
+    level: Any = None
 
 
 def compute_gae(
@@ -136,6 +140,7 @@ def greedy_returns(
     key: jax.Array,
     episodes: int,
     max_steps: int,
+    level: Any = None,
 ) -> jax.Array:
     """The returns of the greedy policy (the argmax of its logits), as DiscoGen evaluates a
     trained agent: the score is what the policy does, not what it did while exploring.
@@ -151,19 +156,25 @@ def greedy_returns(
         episodes: how many episodes run, in parallel (a static int).
         max_steps: how many steps each runs (a static int): the env's `max_steps`, so every
             episode ends by its time limit at the latest.
+        level: the env's params when they are a program input (`FlatDiscreteEnv.level`);
+            None: its own.
 
     Returns:
         float32 [episodes]: each episode's return summed up to and including its first done
         (one still running after `max_steps` steps: its return so far).
     """
     key_reset, key_steps = jax.random.split(key)
-    obs, state = jax.vmap(env.reset)(jax.random.split(key_reset, episodes))
+    obs, state = jax.vmap(env.reset, in_axes=(0, None))(
+        jax.random.split(key_reset, episodes), level
+    )
 
     def step(carry, step_key):
         state, obs, ended, total = carry
         logits, _ = network.apply(params, obs)
         action = jnp.argmax(logits, axis=-1)
-        out = jax.vmap(env.step)(jax.random.split(step_key, episodes), state, action)
+        out = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
+            jax.random.split(step_key, episodes), state, action, level
+        )
         total = total + jnp.where(ended, 0.0, out.reward)
         ended = ended | out.terminated | out.truncated
         return (out.state, out.obs, ended, total), None
@@ -250,13 +261,13 @@ def make_trainer(
             target,
         )
 
-    def env_step(carry, key):
+    def env_step(level, carry, key):
         params, env_state, obs, episode_return, last_return = carry
         key_action, key_step = jax.random.split(key)
         logits, value = network.apply(params, obs)
         action = sample_action(key_action, logits)
         step_keys = jax.random.split(key_step, config.num_envs)
-        step = jax.vmap(env.step)(step_keys, env_state, action)
+        step = jax.vmap(env.step, in_axes=(0, 0, 0, None))(step_keys, env_state, action, level)
         done = jnp.logical_or(step.terminated, step.truncated)
         transition = Transition(
             obs=obs,
@@ -301,7 +312,7 @@ def make_trainer(
         key, key_rollout, key_epochs = jax.random.split(runner.key, 3)
         (params, env_state, obs, episode_return, last_return), (traj, (ret_sum, ret_count)) = (
             jax.lax.scan(
-                env_step,
+                functools.partial(env_step, runner.level),
                 (runner.params, runner.env_state, runner.obs, *runner.episodes),
                 jax.random.split(key_rollout, config.num_steps),
             )
@@ -348,12 +359,18 @@ def make_trainer(
             tail=runner.tail + in_tail * jnp.stack([ret_sum.sum(), ret_count.sum()]),
             # where, not a product: a NaN rollout before the tail must not reach it (0 * NaN)
             tail_advantage=runner.tail_advantage + jnp.where(in_tail, tail_advantage, 0.0),
+            level=runner.level,
         )
 
-    def init(rng: jax.Array) -> Runner:
+    def init(rng: jax.Array, level: Any = None) -> Runner:
+        """A seed's runner before its first update; `level`: the params of the family member
+        it trains on (`FlatDiscreteEnv.level`), default the config's env's."""
+        level = env.level if level is None else level
         rng, key_init, key_reset = jax.random.split(rng, 3)
         params = network.init(key_init, jnp.zeros((env.obs_size,), jnp.float32))
-        obs, env_state = jax.vmap(env.reset)(jax.random.split(key_reset, config.num_envs))
+        obs, env_state = jax.vmap(env.reset, in_axes=(0, None))(
+            jax.random.split(key_reset, config.num_envs), level
+        )
         return Runner(
             params=params,
             opt_state=optimizer.init(params),
@@ -372,6 +389,7 @@ def make_trainer(
             tail_start=jnp.asarray(0, jnp.int32),
             tail=jnp.zeros((2,), jnp.float32),
             tail_advantage=jnp.zeros((2,), jnp.float32),
+            level=level,
         )
 
     def segment(runner: Runner, stop: jax.Array) -> tuple[Runner, TrainResult]:
@@ -412,7 +430,13 @@ def make_trainer(
         if config.eval_episodes > 0:
             key = jax.random.fold_in(runner.key, GREEDY_EVAL_STREAM)
             returns = greedy_returns(
-                network, runner.params, env, key, config.eval_episodes, env.max_steps
+                network,
+                runner.params,
+                env,
+                key,
+                config.eval_episodes,
+                env.max_steps,
+                runner.level,
             )
             # non-finite parameters still pick an argmax: score NaN, never a number
             greedy = jnp.where(_tree_all_finite(runner.params), jnp.mean(returns), jnp.nan)

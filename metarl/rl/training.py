@@ -7,6 +7,7 @@ numbers separate XLA's fixed cost from training throughput.
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 import warnings
@@ -19,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from metarl.rl.components import Components
-from metarl.rl.configs import PPOConfig
+from metarl.rl.configs import PPOConfig, program_key
 from metarl.rl.environments.registry import make_env
 from metarl.rl.meta.names import is_meta
 from metarl.rl.trainers import make_train, make_trainer
@@ -189,16 +190,31 @@ def _curve_mean(rows: list[list[float | None]]) -> list[float | None]:
 Select = Callable[[jax.Array], Components]
 
 
+def env_level(config: PPOConfig):
+    """The params of `config`'s env as a program input when the env is one member of a family
+    (`FlatDiscreteEnv.level`: a grid level, a gymnax variant); None otherwise (meta-RL too)."""
+    return None if is_meta(config.env_name) else make_env(config.env_name).level
+
+
+def _init_seeds(trainer, keys, level):
+    """`trainer.init` vmapped over seeds' keys, every seed on the same `level` (None: the
+    config's env's own params)."""
+    if level is None:
+        return jax.vmap(trainer.init)(keys)
+    return jax.vmap(trainer.init, in_axes=(0, None))(keys, level)
+
+
 def batch_functions(
     config: PPOConfig, select: Select, scratch: bool = True
 ) -> tuple[Callable, Callable]:
-    """The two functions a BatchProgram compiles, `init(keys, index)` and
+    """The two functions a BatchProgram compiles, `init(keys, index, level=None)` and
     `segment(runner, index, stop)`, vmapped over seeds; shared with the trainer's pre-flight
     (evaluation/preflight.py), which traces them to find where a candidate is called.
-    `scratch`: as trainers.make_trainer."""
+    `scratch`: as trainers.make_trainer. `level`: the params of the family member trained on
+    (`env_level`); the runner carries it, so `segment` does not take it."""
 
-    def init(keys, index):
-        return jax.vmap(make_trainer(config, select(index), scratch=scratch).init)(keys)
+    def init(keys, index, level=None):
+        return _init_seeds(make_trainer(config, select(index), scratch=scratch), keys, level)
 
     def segment(runner, index, stop):
         trainer = make_trainer(config, select(index), scratch=scratch)
@@ -218,9 +234,10 @@ def sweep_batch_functions(
         `make_trainer(..., lr=)` builds the optimizer's schedule from, inside the vmap).
     """
 
-    def init(keys, lrs, index):
+    def init(keys, lrs, index, level=None):
         def row(key, lr):
-            return make_trainer(config, select(index), lr=lr, scratch=scratch).init(key)
+            trainer = make_trainer(config, select(index), lr=lr, scratch=scratch)
+            return trainer.init(key) if level is None else trainer.init(key, level)
 
         return jax.vmap(row)(keys, lrs)
 
@@ -326,23 +343,44 @@ class BatchProgram:
         self.size = int(size)
         self.seeds = [int(s) for s in seeds]
         self._keys = seed_keys(self.seeds)
+        self._level = env_level(config)
         index = jnp.asarray(0, jnp.int32)
         start = time.perf_counter()
         if learning_rates is None:
             self.learning_rates = None
             self._lrs = None
             init, segment = batch_functions(config, select, scratch)
-            self._init = jax.jit(init).lower(self._keys, index).compile()
-            runner_shape = jax.eval_shape(init, self._keys, index)
+            self._init = jax.jit(init).lower(self._keys, index, self._level).compile()
+            runner_shape = jax.eval_shape(init, self._keys, index, self._level)
             self._segment = jax.jit(segment).lower(runner_shape, index, index).compile()
         else:
             self.learning_rates = _check_learning_rates(learning_rates)
             self._keys, self._lrs = sweep_rows(self.seeds, self.learning_rates)
             init, segment = sweep_batch_functions(config, select, scratch)
-            self._init = jax.jit(init).lower(self._keys, self._lrs, index).compile()
-            runner_shape = jax.eval_shape(init, self._keys, self._lrs, index)
+            self._init = jax.jit(init).lower(self._keys, self._lrs, index, self._level).compile()
+            runner_shape = jax.eval_shape(init, self._keys, self._lrs, index, self._level)
             self._segment = jax.jit(segment).lower(runner_shape, self._lrs, index, index).compile()
         self.compile_s = time.perf_counter() - start
+
+    def on(self, config: PPOConfig) -> "BatchProgram":
+        """This compiled program training on `config`'s env instead: another member of the
+        same family (`program_key`), its level an input, so nothing is compiled. Runs it
+        starts are summarised with `config`.
+
+        Raises:
+            ValueError: `config` needs another program.
+        """
+        if config == self.config:
+            return self
+        if program_key(config) != program_key(self.config):
+            raise ValueError(
+                f"the program compiled for {self.config.env_name} cannot train "
+                f"{config.env_name}: another family or config"
+            )
+        other = copy.copy(self)
+        other.config, other._level = config, env_level(config)
+        other.compile_s = 0.0  # compiled once, for the member it was built for
+        return other
 
     @property
     def sweeps(self) -> bool:
@@ -354,8 +392,8 @@ class BatchProgram:
         learning rate x seed row, for a sweep)."""
         index = jnp.asarray(index, jnp.int32)
         if self.sweeps:
-            return self._init(self._keys, self._lrs, index)
-        return self._init(self._keys, index)
+            return self._init(self._keys, self._lrs, index, self._level)
+        return self._init(self._keys, index, self._level)
 
     def advance(self, runner, index: int, stop: int) -> tuple[object, EnvRun]:
         """Train candidate `index` from where `runner` is up to update `stop`.

@@ -26,7 +26,7 @@ from typing import Callable, Sequence
 import jax
 import numpy as np
 
-from metarl.rl.configs import PPOConfig
+from metarl.rl.configs import PPOConfig, program_key
 from metarl.rl.verifier.artifact import ElementSignature, Variant
 from metarl.rl.verifier.behaviour import (
     Role,
@@ -63,7 +63,8 @@ def training_sizes(
 
     merged: dict[Role, set[int]] = {}
     for config in dict.fromkeys(configs):
-        key = (task.name, config, len(seeds))  # shapes depend on how many seeds, not which
+        # shapes depend on how many seeds, not which, and on the env's family, not its level
+        key = (task.name, program_key(config), len(seeds))
         if key not in _SIZES:
             _SIZES[key] = training_call_sizes(
                 variants, task.element_signature, components, [config], seeds
@@ -79,7 +80,7 @@ SizesJson = list  # [[variant, role, [size, ...]], ...]: one config's sizes, JSO
 def traced_sizes(task: Task, config: PPOConfig, n_seeds: int) -> SizesJson | None:
     """The call sizes this process holds for (task, config, number of seeds), JSON-ready; None
     when it has not traced them."""
-    sizes = _SIZES.get((task.name, config, int(n_seeds)))
+    sizes = _SIZES.get((task.name, program_key(config), int(n_seeds)))
     if sizes is None:
         return None
     return [[variant, role, [int(s) for s in found]] for (variant, role), found in sizes.items()]
@@ -95,7 +96,7 @@ def remember_sizes(task: Task, config: PPOConfig, n_seeds: int, sizes: SizesJson
         n_seeds: the number of training seeds.
         sizes: as `traced_sizes` returns them (the parent validated them).
     """
-    _SIZES[(task.name, config, int(n_seeds))] = {
+    _SIZES[(task.name, program_key(config), int(n_seeds))] = {
         (str(variant), str(role)): tuple(sorted(int(s) for s in found))
         for variant, role, found in sizes
     }

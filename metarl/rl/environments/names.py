@@ -52,6 +52,25 @@ def split_variant(name: str) -> tuple[str, dict[str, float]]:
     return base, params
 
 
+# every grid level (levels.py) is a member of one family: one canvas, `GridLevel` arrays
+GRID_FAMILY = "Grid"
+
+
+def env_family(name: str) -> str | None:
+    """The family an environment is a member of when members differ only in their params, so
+    one compiled program trains them all with the params as an input: every grid level
+    (`Grid-...`) and every variant of a gymnax env (`CartPole-v1:length=0.6` is a
+    `CartPole-v1`). None for an env of its own (a plain gymnax name), whose params stay
+    constants of its program.
+
+    A curriculum draws a new level every generation; with the level a constant each draw
+    compiled its own program (~10-25 s a level on the 2-core CPU)."""
+    base, changes = split_variant(name)
+    if base.startswith(GRID_FAMILY + "-"):
+        return GRID_FAMILY
+    return base if changes else None
+
+
 def base_name(name: str) -> str:
     """The gymnax environment a (possibly variant) name runs."""
     return split_variant(name)[0]

@@ -19,6 +19,7 @@ from metarl.rl.environments.names import (  # noqa: F401 (re-exported: the names
     VARIANT_SEPARATOR,
     UnknownEnvironment,
     base_name,
+    env_family,
     split_variant,
 )
 
@@ -72,13 +73,30 @@ class FlatDiscreteEnv:
     def _flat(obs: jax.Array) -> jax.Array:
         return jnp.reshape(obs, (-1,)).astype(jnp.float32)
 
-    def reset(self, key: jax.Array) -> tuple[jax.Array, Any]:
-        obs, state = self.env.reset(key, self.params)
+    @property
+    def family(self) -> str | None:
+        """The family this env is a member of (`names.env_family`): a trainer then takes its
+        params as an input (`level`), one program for every member; None: its own."""
+        return env_family(self.name)
+
+    @property
+    def level(self) -> Any:
+        """This env's params as a program input (arrays, so every member of the family gives
+        the same input types); None for an env of its own (see `family`)."""
+        if self.family is None:
+            return None
+        return jax.tree.map(jnp.asarray, self.params)
+
+    def reset(self, key: jax.Array, params: Any = None) -> tuple[jax.Array, Any]:
+        """gymnax's reset, flat; `params` (a `level`) default to this env's own."""
+        obs, state = self.env.reset(key, self.params if params is None else params)
         return self._flat(obs), state
 
-    def step(self, key: jax.Array, state: Any, action: jax.Array) -> Step:
+    def step(self, key: jax.Array, state: Any, action: jax.Array, params: Any = None) -> Step:
+        """gymnax's step (auto-resetting), flat; `params` (a `level`) default to this env's
+        own."""
         obs, state, reward, terminated, truncated, info = self.env.step(
-            key, state, action, self.params
+            key, state, action, self.params if params is None else params
         )
         # gymnax flags truncation from the time counter even when the episode also terminated
         # on that step; a terminal step must never be bootstrapped.

@@ -4,6 +4,7 @@ candidates' training on `--levels` levels drawn from grid-small.
 
     python benchmarks/level_programs.py                   # 3 levels, 2 candidates
     python benchmarks/level_programs.py --levels 6
+    python benchmarks/level_programs.py --lpg --levels 6   # the LPG evaluator's trainer job
 
 In-process (no sandbox: the stages the trainer runs), so the numbers are the training and the
 compiles themselves. Run it on two checkouts to compare designs (PYTHONPATH=<checkout>): the
@@ -26,12 +27,46 @@ from metarl.rl.environments.distributions import DISTRIBUTIONS
 from metarl.tasks import get_task
 
 
+def lpg(levels: list[str]) -> None:
+    """The LPG evaluator's trainer job (evaluation/lpg_evaluation.py) on `levels`, each with
+    its seed's lifetime: one job for all (programs shared by family and scan length) against
+    one job per level (one program per level: the design before, the same numbers)."""
+    import jax
+
+    from metarl.evaluation.lpg_evaluation import train_lpg_job
+    from metarl.rl.lpg.agent import lifetime_from_seed
+    from metarl.rl.lpg.network import LPGShape, init_lpg, lpg_source
+
+    shape = LPGShape()
+    source = lpg_source(init_lpg(jax.random.PRNGKey(0), shape), shape, "benchmark")
+    lifetimes = DISTRIBUTIONS["grid-small"].lifetimes
+    runs = [
+        ["train", name, lifetime_from_seed(int(name.split("=")[-1]), lifetimes)] for name in levels
+    ]
+    job = {"source": source, "seeds": [0, 1], "num_envs": 16}
+    ignore = lambda *a, **k: None  # noqa: E731
+    start = time.perf_counter()
+    shared = train_lpg_job({**job, "runs": runs}, ignore)["runs"]
+    shared_s = time.perf_counter() - start
+    start = time.perf_counter()
+    alone = [train_lpg_job({**job, "runs": [run]}, ignore)["runs"][0] for run in runs]
+    alone_s = time.perf_counter() - start
+    same = all(a[k] == b[k] for a, b in zip(shared, alone) for k in ("returns", "reference"))
+    print(f"lifetimes {[run[2] for run in runs]}; scores equal bit for bit: {same}")
+    print("| LPG job | wall s |\n|---|---|")
+    print(f"| one program per level | {alone_s:.1f} |\n| shared by scan length | {shared_s:.1f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--levels", type=int, default=3)
     parser.add_argument("--timesteps", type=int, default=8192)
     parser.add_argument("--first", type=int, default=1000, help="the first level seed drawn")
+    parser.add_argument("--lpg", action="store_true", help="time the LPG evaluator's job")
     args = parser.parse_args()
+    if args.lpg:
+        print(f"machine: {platform.node()} ({os.cpu_count()} cores)")
+        return lpg(list(DISTRIBUTIONS["grid-small"].draws(args.first, args.levels)))
     try:
         from metarl.rl.configs import program_key  # noqa: F401
 

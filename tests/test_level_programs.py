@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
+import jax
 import pytest
 
 from metarl.evaluation import preflight, stages
@@ -113,3 +114,39 @@ def test_a_batch_on_three_drawn_levels_compiles_one_program_and_scores_as_alone(
     own = stages.evaluate_artifacts(DRIFT, artifacts, alone, _references(alone), [0, 0], PLATFORM)
     for mine, theirs in zip(together, own):
         assert _scores(mine)[-1] == _scores(theirs)[-1]
+
+
+@pytest.mark.slow  # ~65 s: four LPG programs compiled
+def test_lpg_agents_on_drawn_levels_share_programs_by_scan_length(monkeypatch):
+    """The LPG evaluator's trainer builds one program per family, agent and scan length, not
+    one per level; a level trained in a longer scan than its lifetime scores bit for bit as in
+    a scan of exactly its lifetime (the agent is frozen after it)."""
+    from metarl.evaluation import lpg_evaluation
+    from metarl.rl.lpg import agent
+    from metarl.rl.lpg.network import LPGShape, init_lpg, lpg_source
+
+    assert [lpg_evaluation.scan_length(n, 250) for n in (10, 16, 17, 200, 250)] == [
+        16,
+        16,
+        32,
+        250,
+        250,
+    ]
+    built = []
+
+    def counting(config, *args):
+        built.append(config.max_updates)
+        return make(config, *args)
+
+    make = agent.make_lpg_train
+    monkeypatch.setattr(agent, "make_lpg_train", counting)
+    shape = LPGShape()
+    source = lpg_source(init_lpg(jax.random.PRNGKey(0), shape), shape, "a network")
+    runs = [["train", LEVELS[0], 12], ["train", LEVELS[1], 15], ["train", LEVELS[2], 40]]
+    job = {"source": source, "seeds": [0, 1], "num_envs": 4, "runs": runs}
+    result = lpg_evaluation.train_lpg_job(job, lambda *a, **k: None)
+    assert built == [16, 40]  # lifetimes 12 and 15 share the scan of 16; 40 is the longest
+    alone = lpg_evaluation.train_lpg_job({**job, "runs": runs[1:2]}, lambda *a, **k: None)
+    assert built == [16, 40, 15]  # alone, its scan is exactly its lifetime
+    for field in ("returns", "reference", "random"):
+        assert result["runs"][1][field] == alone["runs"][0][field]

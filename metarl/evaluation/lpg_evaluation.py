@@ -243,6 +243,19 @@ def _outcome(result: WorkerResult, plan: list[PlannedLPGRun], seeds) -> Outcome:
     return outcome
 
 
+def scan_length(lifetime: int, longest: int) -> int:
+    """The scan length an agent with `lifetime` updates is compiled for: the next power of two,
+    at most the job's `longest` lifetime.
+
+    A level's params and lifetime are inputs of the agent's program (rl/lpg/agent.py: the loop
+    runs the scan's length and freezes the agent after its lifetime, the same numbers bit for
+    bit), so levels whose lifetimes round to the same length share one compile: GROOVE's
+    log-uniform 10-250 lifetimes need at most five programs instead of one per level (a
+    compile is ~10-25 s on the 2-core CPU), for at most twice the updates of a short-lived
+    agent (the cheap ones)."""
+    return min(1 << max(int(lifetime) - 1, 0).bit_length(), max(int(longest), int(lifetime)))
+
+
 def train_lpg_job(job: dict, report: Callable[..., None]) -> dict:
     """The worker's side (job kind "train-lpg", a trainer: metarl's code on the candidate's data):
     read the network again, train agents with it, the actor-critic reference and a uniform
@@ -270,18 +283,34 @@ def train_lpg_job(job: dict, report: Callable[..., None]) -> dict:
         return {"refused": str(error)}
     keys = jax.vmap(jax.random.PRNGKey)(np.asarray(job["seeds"]))
     num_envs = int(job["num_envs"])
+    longest = max((int(lifetime) for _, _, lifetime in job["runs"]), default=1)
+    envs = {name: make_env(name) for _, name, _ in job["runs"]}
+    # the final evaluation runs to the family's longest time limit: an episode counts up to its
+    # first end, so a longer evaluation of a level scores the same (and shares the program)
+    eval_steps: dict[str, int] = {}
+    for name, env in envs.items():
+        family = env.family or name
+        eval_steps[family] = max(eval_steps.get(family, 0), env.max_steps)
+    programs: dict[tuple, tuple] = {}  # one compiled set per family, agent and scan length
     runs = []
     for role, env_name, lifetime in job["runs"]:
         report("status", text=f"LPG agents on {env_name} ({role})")
-        env = make_env(env_name)
-        config = agent_config_for(env_name, int(lifetime), num_envs, env.max_steps or None)
+        env = envs[env_name]
+        family = env.family or env_name
+        scan = scan_length(int(lifetime), longest)
+        config = agent_config_for(env_name, scan, num_envs, eval_steps[family] or None)
+        key = (family, config)
+        if key not in programs:  # jit's cache is per function: build each program once
+            programs[key] = (
+                jax.jit(jax.vmap(make_lpg_train(config, shape, env.env), (0, None, None, None))),
+                jax.jit(jax.vmap(make_a2c_train(config, env.env), (0, None, None))),
+                jax.jit(jax.vmap(make_random_return(config, env.env), (0, None))),
+            )
+        train, reference, rand = programs[key]
         start = time.perf_counter()
-        train = jax.jit(jax.vmap(make_lpg_train(config, shape, env.env), (0, None, None, None)))
         returns = np.asarray(train(keys, params, env.params, int(lifetime)).final_return)
         run_s = time.perf_counter() - start
-        reference = jax.jit(jax.vmap(make_a2c_train(config, env.env), (0, None, None)))
         ref = np.asarray(reference(keys, env.params, int(lifetime)).final_return)
-        rand = jax.jit(jax.vmap(make_random_return(config, env.env), (0, None)))
         runs.append(
             {
                 "returns": [float(x) for x in returns],

@@ -44,8 +44,20 @@ def test_discobench_fills_the_defaults_and_explicit_options_override_it():
     assert (mine.seeds, mine.lr_aggregation, mine.suite) == (16, "mean", "discobench")
 
 
+def test_minatar_cpu_is_discobenchs_games_at_a_cpu_budget_with_rungs():
+    config = DiscoverConfig(protocol="minatar-cpu").resolved()
+    assert (config.suite, config.timesteps, config.short_timesteps) == (
+        "discobench",
+        1_000_000,
+        250_000,
+    )
+    assert (config.seeds, config.confirm_seeds, config.race_seeds) == (2, 4, 8)
+    assert config.fidelity == "rungs" and config.lr_sweep is None
+    assert DiscoverConfig(protocol="minatar-cpu", fidelity="full").resolved().fidelity == "full"
+
+
 def test_an_unknown_protocol_is_one_clear_error():
-    with pytest.raises(ConfigError, match="unknown protocol 'atari'.*quick, discobench"):
+    with pytest.raises(ConfigError, match="unknown protocol 'atari'.*quick, minatar-cpu"):
         DiscoverConfig(protocol="atari").resolved()
 
 

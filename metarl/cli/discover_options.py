@@ -193,8 +193,9 @@ FidelityOption = Annotated[
     Optional[str],
     typer.Option(
         "--fidelity",
-        help="full (default): every child trains its whole budget; rungs: a child clearly "
-        "below half the baseline's progress at 1/3 of a training env's run stops there.",
+        help="full: every child trains its whole budget; rungs: a child clearly below half "
+        "the baseline's progress at 1/3 of a training env's run stops there. Default: the "
+        "protocol's (minatar-cpu: rungs), else full.",
     ),
 ]
 TimeoutOption = Annotated[

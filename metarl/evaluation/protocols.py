@@ -64,6 +64,23 @@ PROTOCOLS: dict[str, Protocol] = {
             "on fresh seeds (4 per round, up to 12), test on fresh seeds",
         ),
         Protocol(
+            "minatar-cpu",
+            {
+                "suite": "discobench",
+                "timesteps": 1_000_000,
+                "short_timesteps": 250_000,
+                "seeds": 2,
+                "confirm_seeds": 4,
+                "race_seeds": 8,
+                "fidelity": "rungs",
+            },
+            "DiscoGen's MinAtar games and config for 2 CPU cores: train Breakout, Freeway; "
+            "validation Seaquest; test Asterix, SpaceInvaders; 1e6 steps (122 PPO updates, "
+            "where PPO learns), 2 seeds per proposal, validation raced on 4 fresh seeds per "
+            "round (up to 8), rungs on, greedy evaluation over 16 episodes; one learning rate "
+            "(DiscoGen's 1e-3)",
+        ),
+        Protocol(
             "discobench",
             {
                 "suite": "discobench",

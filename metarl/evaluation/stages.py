@@ -298,17 +298,9 @@ def _train_group(
     seeds = settings.training_seeds()
     threshold = float(settings.short_run_threshold)
     config, sweep = group[0].config, group[0].sweep
+    stage = group[0].stage
     compiled = compile_group(
-        task,
-        config,
-        alive,
-        seeds,
-        platform,
-        isolate,
-        report,
-        group[0].stage,
-        sweep,
-        programs_by_key,
+        task, config, alive, seeds, platform, isolate, report, stage, sweep, programs_by_key
     )
     survivors = []
     for position, candidate in enumerate(alive):
@@ -316,10 +308,10 @@ def _train_group(
         compile_share = compiled.compile_s[position]
         _add(outcome.timings, "compile", compile_share)
         if position in compiled.failures:  # broke the pre-flight or its own compile
-            outcome.stage, outcome.reason = group[0].stage, compiled.failures[position]
+            outcome.stage, outcome.reason = stage, compiled.failures[position]
             continue
         program, slot = compiled.programs[position]
-        report("active", index=candidate.index, stage=group[0].stage)
+        report("active", index=candidate.index, stage=stage)
         try:
             runner, done, swept = program.start(slot), 0, {}
             for entry in group:

@@ -27,14 +27,28 @@ def unit(*parts) -> float:
 class RoleEvaluator:
     """Scores each planned env of its settings. A program's return on an env is its quality
     for the env's role plus seed noise of amplitude `noise`; children beat the seeds on
-    training envs by 1, and on validation envs by `validation_gain`; test returns come from
-    `test_return(source, env, seed)`."""
+    training envs by 1, and on validation envs by `validation_gain` (by `long_gain` when trained
+    past `budget`, as a stability check trains them: a number, or env -> number for some envs;
+    default the same); test returns come from
+    `test_return(source, env, seed)`. Each batch is logged as (roles, programs, seeds), a run
+    past `budget` with its roles labelled "ROLE@STEPS"."""
 
     def __init__(
-        self, settings, log, validation_gain=0.0, noise=0.1, test_return=None, behaviour=None
+        self,
+        settings,
+        log,
+        validation_gain=0.0,
+        noise=0.1,
+        test_return=None,
+        behaviour=None,
+        long_gain=None,
+        budget=8192,
     ):
         self.settings, self.log = settings, log
         self.validation_gain, self.noise = validation_gain, noise
+        self.long = int(settings.total_timesteps or 0) > budget
+        # past the budget: children's validation gain, one for every env or env -> gain
+        self.long_gain = long_gain if self.long else None
         self.test_return = test_return or (lambda source, env, seed: unit(source, env, seed))
         # what a program's returns on a role depend on, `behaviour(source, role)` (default:
         # its source); programs it maps to one value train identically there, as copies do
@@ -46,7 +60,14 @@ class RoleEvaluator:
             return self.test_return(source, env, seed)
         base = unit(self.behaviour(source, role), role)
         if child:
-            base += 1.0 if role == "train" else self.validation_gain
+            gain = self.validation_gain
+            if self.long_gain is not None:
+                gain = (
+                    self.long_gain.get(env, gain)
+                    if isinstance(self.long_gain, dict)
+                    else self.long_gain
+                )
+            base += 1.0 if role == "train" else gain
         return 5.0 + base + self.noise * (unit(env, seed) - 0.5)
 
     def evaluate_batch(self, sources, task, known_fingerprints=None, progress=None, **kw):
@@ -55,7 +76,9 @@ class RoleEvaluator:
             settings.seed_values, settings.seeds, kw.get("exclude_seeds", ())
         )
         runs = [p for p in plan_runs(settings) if p.stage == "full"]
-        self.log.append((tuple(p.role for p in runs), len(sources), tuple(seeds)))
+        steps = int(settings.total_timesteps or 0)
+        roles = tuple(f"{p.role}@{steps}" if self.long else p.role for p in runs)
+        self.log.append((roles, len(sources), tuple(seeds)))
         out = []
         for source in sources:
             scores = []
@@ -67,7 +90,7 @@ class RoleEvaluator:
                     EnvScore(
                         env=env,
                         seeds=list(seeds),
-                        total_timesteps=8192,
+                        total_timesteps=steps or 8192,
                         returns=returns,
                         mean=mean,
                         std=0.0,

@@ -16,7 +16,7 @@ from collections import Counter
 import pytest
 
 from metarl.discovery.proposers.base import ParentInfo, ProposalRequest
-from metarl.discovery.proposers.mutation import MutationProposer
+from metarl.discovery.proposers.mutation import DEFAULT_WEIGHTS, MutationProposer
 from metarl.evaluation.static_check import check_task_source
 from metarl.tasks import get_task
 from metarl.tasks.candidate import normalise_source
@@ -74,7 +74,15 @@ def test_reproducible_from_the_request_seed():
 def test_all_operators_are_used():
     _, mutants = _mutants("drift", 300)
     kinds = Counter(p.operator.split("+")[0] for _, p in mutants)
-    assert set(kinds) == {"constant", "function", "operator", "insert", "delete", "crossover"}
+    assert set(kinds) == {
+        "constant",
+        "function",
+        "operator",
+        "insert",
+        "delete",
+        "crossover",
+        "family",
+    }
 
 
 def test_crossover_grafts_the_donors_code():
@@ -102,7 +110,9 @@ def test_contract_methods_and_failures():
     assert failed.code is None and "parse" in failed.failure
     # a program with nothing to mutate fails cleanly, with a reason
     bare = ParentInfo(id="y", code="def drift(ratio, advantage, epsilon):\n    pass\n", name="y")
-    nothing = proposer.propose(ProposalRequest(task=task, parents=[bare]))
+    # (with edits only: the `family` operator would replace it with a family member)
+    edits = MutationProposer(weights={k: w for k, w in DEFAULT_WEIGHTS.items() if k != "family"})
+    nothing = edits.propose(ProposalRequest(task=task, parents=[bare]))
     assert nothing.code is None and "no valid edit" in nothing.failure
     proposer.propose(ProposalRequest(task=task, parents=_parents(task, ["lpo"]), rng_seed=1))
     state = json.loads(json.dumps(proposer.get_state()))

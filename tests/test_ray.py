@@ -28,10 +28,10 @@ import psutil
 import pytest
 from conftest import TINY_DISCOVER, invoke, metarl_cli
 
-from metarl.evaluation.cascade import Evaluator
+from metarl.evaluation.cascade import Evaluator, baseline_shares
 from metarl.evaluation.executors import ExecutorSettings, pinned_devices
 from metarl.evaluation.sandbox import WorkerProcess
-from metarl.evaluation.settings import CascadeSettings
+from metarl.evaluation.settings import CascadeSettings, plan_runs
 from metarl.tasks import get_task
 
 ray = pytest.importorskip(
@@ -147,9 +147,51 @@ def ray_token(tmp_path_factory):
             os.environ[key] = value
 
 
+def test_a_batch_in_two_cpu_shares_scores_as_one_trainer(local_scores, metarl_cache):
+    """`--trainers 2` on a CPU: the batch is trained as two shares at once, one trainer
+    process each, and every number is the one a single trainer gave (the seeded archive)."""
+    executor = ExecutorSettings(trainers=2)
+    with Evaluator(SETTINGS, workers=1, executor=executor) as evaluator:
+        assert evaluator._executor.slots == 2
+        outcomes = evaluator.evaluate_batch(batch(), "drift")
+    assert [o.sandbox["batch"]["size"] for o in outcomes] == [1, 1]
+    same = json.loads(json.dumps(local_scores))
+    assert json.loads(json.dumps(scores(outcomes))) == same  # bit for bit
+
+
+def test_baselines_trained_in_shares_of_whole_envs_are_the_same(tmp_path, monkeypatch):
+    """Two envs' baselines in two trainer jobs at once equal those of one job, bit for bit
+    (each with a cold cache of its own)."""
+    settings = CascadeSettings(
+        suite="classic", seeds=1, seed_values=[0], total_timesteps=8192, heldout=False
+    )
+    plan = plan_runs(settings)
+    shares = baseline_shares(plan, 2)
+    assert len(shares) == 2 and sorted(sum(shares, [])) == sorted({e.key for e in plan})
+    assert baseline_shares(plan, 1) == [sorted({e.key for e in plan})]
+    runs = {}
+    for trainers in (1, 2):
+        monkeypatch.setenv("METARL_CACHE_DIR", str(tmp_path / f"cache-{trainers}"))
+        executor = ExecutorSettings(trainers=trainers)
+        with Evaluator(settings, workers=1, executor=executor, prewarm=False) as evaluator:
+            baseline = evaluator.baseline("drift", seeds=[0])
+        runs[trainers] = {env: run.final_returns for env, run in baseline.items()}
+    assert set(runs[1]) == {"CartPole-v1", "Acrobot-v1"}
+    assert runs[2] == runs[1]
+
+
+def test_trainers_are_cores_of_this_machine_only():
+    with pytest.raises(ValueError, match="trainers shares a batch"):
+        ExecutorSettings(kind="ray", trainers=2)
+    with pytest.raises(ValueError, match="trainers shares a batch"):
+        ExecutorSettings(devices=("0", "1"), trainers=2)
+    with pytest.raises(ValueError, match="at least 1"):
+        ExecutorSettings(trainers=0)
+
+
 THROUGH_RAY = """
 import json, sys
-from metarl.evaluation.cascade import Evaluator
+from metarl.evaluation.cascade import Evaluator, baseline_shares
 from metarl.evaluation.executors import ExecutorSettings
 sys.path.insert(0, sys.argv[1])
 from test_ray import SETTINGS, batch, scores

@@ -183,3 +183,114 @@ def test_the_proposer_sees_neither_test_envs_nor_test_numbers(tmp_path, role_sui
     assert {s.role for s in info.outcome.env_scores} == {"train"}
     text = describe_program(info, "drift")
     assert "Catch-bsuite" not in text and "123456" not in text and "CartPole-v1" in text
+
+
+# -- past the budget: the race's winner is checked at `stability` times it (races.py) --------
+
+
+def stability_rounds(log):
+    """The log's stability rounds: (programs, seeds) of each batch trained past the budget."""
+    return [(n, set(seeds)) for roles, n, seeds in log if roles and "@" in roles[0]]
+
+
+def test_a_race_winner_that_collapses_past_the_budget_is_refused(tmp_path, role_suites):
+    """Better on validation at the run's budget, worse at 5x (the protocol's): the race is
+    won, the stability check refuses it, the seed stays the incumbent and no test is run."""
+    _, rows, events, log = run(
+        tmp_path / "a.db", config(budget=3, stability=5.0), validation_gain=1.0, long_gain=-1.0
+    )
+    races = [d for kind, d in events if kind == "confirm"]
+    checks = [d for kind, d in events if kind == "stability"]
+    assert [d["verdict"] for d in races] == ["better"]
+    assert [(d["id"], d["verdict"], d["factor"], d["runs"]) for d in checks] == [
+        (races[0]["id"], "worse", 5.0, 4)
+    ]
+    incumbents = [d["incumbent"] for kind, d in events if kind == "generation"]
+    assert incumbents[-1] == races[0]["incumbent"] and incumbents[-1] != races[0]["id"]
+    assert ("test",) not in [entry[0] for entry in log]
+    # one round, both sides in one batch, at 5x the budget, on seeds fresh to both
+    [(programs, seeds)] = stability_rounds(log)
+    assert programs == 2
+    assert [roles for roles, _, _ in log if roles and "@" in roles[0]][0][0] == (
+        f"validation@{5 * 8192}"
+    )
+    by_id = {r["id"]: r for r in rows}
+    for cid in (races[0]["id"], races[0]["incumbent"]):
+        row = by_id[cid]
+        assert not seeds & {*row["seeds"], *(row["validation_seeds"] or [])}
+    with Archive(tmp_path / "a.db", must_exist=True) as archive:
+        stored = archive.role_evaluations(races[0]["id"], "stability")
+        envs = {"CartPole-v1:gravity=15.0+force_mag=7.0", "Acrobot-v1"}
+        assert {r["env"] for r in stored} == envs
+        assert {r["total_timesteps"] for r in stored} == {5 * 8192}
+
+
+def test_a_collapse_on_one_validation_env_refuses_whatever_the_others_say(tmp_path, role_suites):
+    """Past the budget the child stays better on one validation env and falls far behind on
+    the other (as the collapsing drift on Catch, which every program solves, and Breakout):
+    env by env, the collapse refuses it."""
+    collapse = {"Acrobot-v1": -1.0}
+    _, _, events, _ = run(
+        tmp_path / "a.db", config(budget=3, stability=5.0), validation_gain=1.0, long_gain=collapse
+    )
+    checks = [d for kind, d in events if kind == "stability"]
+    assert [(d["verdict"], d["env"]) for d in checks] == [("worse", "Acrobot-v1")]
+    incumbents = [d["incumbent"] for kind, d in events if kind == "generation"]
+    assert incumbents[-1] != checks[0]["id"]
+
+
+def test_a_race_winner_that_holds_past_the_budget_takes_the_place(tmp_path, role_suites):
+    _, _, events, log = run(tmp_path / "a.db", config(budget=3, stability=5.0), validation_gain=1.0)
+    checks = [d for kind, d in events if kind == "stability"]
+    assert [d["verdict"] for d in checks] == ["better"]
+    incumbents = [d["incumbent"] for kind, d in events if kind == "generation"]
+    assert incumbents[-1] == checks[0]["id"]
+    assert ("test",) in [entry[0] for entry in log]  # the new incumbent's test is measured
+
+
+def test_stability_zero_checks_nothing(tmp_path, role_suites):
+    _, _, events, log = run(
+        tmp_path / "a.db", config(budget=3, stability=0), validation_gain=1.0, long_gain=-1.0
+    )
+    assert not [d for kind, d in events if kind == "stability"] and not stability_rounds(log)
+    races = [d for kind, d in events if kind == "confirm"]
+    incumbents = [d["incumbent"] for kind, d in events if kind == "generation"]
+    assert incumbents[-1] == races[0]["id"]  # without the check the collapsing winner is crowned
+
+
+def test_an_archived_stability_round_is_read_back_not_trained_again(tmp_path, role_suites):
+    """As a resumed run sees it: the check's round is in the archive, so deciding again trains
+    nothing and gives the same verdict."""
+    from metarl.discovery.races import Races
+
+    _, _, events, _ = run(
+        tmp_path / "a.db", config(budget=3, stability=5.0), validation_gain=1.0, long_gain=-1.0
+    )
+    [check] = [d for kind, d in events if kind == "stability"]
+
+    class NoTraining:
+        def evaluate(self, *args, **kwargs):
+            raise AssertionError("an archived stability round was trained again")
+
+    seen = []
+    with Archive(tmp_path / "a.db") as archive:
+        races = Races(
+            archive,
+            config(stability=5.0).resolved(),
+            NoTraining(),
+            None,
+            "r1",
+            ["CartPole-v1:gravity=15.0+force_mag=7.0", "Acrobot-v1"],
+            lambda kind, data: seen.append((kind, data)),
+        )
+        assert races.stable(check["incumbent"], check["id"]) is False
+    assert [d["verdict"] for kind, d in seen if kind == "stability"] == ["worse"]
+
+
+def test_stability_must_be_a_multiple_above_one(role_suites):
+    from metarl.discovery.config import ConfigError
+
+    with pytest.raises(ConfigError, match="stability is 0.5"):
+        config(stability=0.5).resolved()
+    assert config().resolved().stability == 5.0  # the quick protocol's
+    assert config(stability=0).resolved().stability == 0.0

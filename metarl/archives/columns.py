@@ -217,7 +217,8 @@ def evaluation_rows(
         candidate_id: the candidate it scores.
         run_id: the run that evaluated it.
         purpose: "selection" (the cascade's verdict), "confirm" (a re-evaluation),
-            "validation" (a validation round) or "final" (the test role on fresh seeds).
+            "validation" (a validation round), "stability" (a race winner's validation envs at
+            several times the budget) or "final" (the test role on fresh seeds).
 
     Returns:
         The rows, not yet encoded.

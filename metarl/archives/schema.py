@@ -139,7 +139,7 @@ def _v1(db: Database) -> None:
             "id": int,
             "candidate_id": str,
             "run_id": str,
-            "purpose": str,  # selection | confirm
+            "purpose": str,  # selection | confirm | validation | stability | final
             "env": str,
             "stage": str,  # short | full
             "heldout": int,

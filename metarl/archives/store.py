@@ -321,11 +321,28 @@ class Archive(ArchiveConnection):
             if run_update and run_id:
                 self.update_run(run_id, **run_update)
 
+    def record_stability(
+        self,
+        candidate_id: str,
+        outcome: Outcome,
+        *,
+        run_id: str | None = None,
+        run_update: dict | None = None,
+    ) -> None:
+        """A stability round of a candidate (its validation envs at several times the budget,
+        paired with the incumbent on fresh seeds: discovery/races.py): the evaluations, read
+        back by `role_evaluations(candidate_id, "stability")`."""
+        with self.transaction() as db:
+            _insert_evaluations(db, outcome, candidate_id, run_id, "stability")
+            if run_update and run_id:
+                self.update_run(run_id, **run_update)
+
     def role_evaluations(self, candidate_id: str, purpose: str) -> list[dict]:
         """A candidate's full-stage evaluation rows of `purpose` (e.g. "validation"), decoded,
         in the order they were written."""
         rows = self.query(
-            "SELECT env, role, lr, seeds, returns, baseline_mean, random_mean FROM evaluations "
+            "SELECT env, role, lr, seeds, returns, baseline_mean, random_mean, total_timesteps "
+            "FROM evaluations "
             "WHERE candidate_id = ? AND purpose = ? AND stage = 'full' ORDER BY id",
             (candidate_id, purpose),
         )

@@ -39,6 +39,7 @@ def discover(
     budget: flags.BudgetOption = None,
     archive: str = archive_option(),
     workers: flags.WorkersOption = None,
+    trainers: flags.TrainersOption = None,
     executor: flags.ExecutorOption = None,
     ray_address: flags.RayAddressOption = None,
     devices: flags.DevicesOption = None,
@@ -65,6 +66,7 @@ def discover(
     heldout: flags.HeldoutOption = None,
     skip_short: flags.SkipShortOption = None,
     fidelity: flags.FidelityOption = None,
+    stability: flags.StabilityOption = None,
     timeout: flags.TimeoutOption = None,
     unsafe_no_sandbox: flags.UnsafeNoSandboxOption = None,
     model: flags.ModelOption = None,
@@ -127,6 +129,9 @@ def resume(
         None, "--max-cost", help="New LLM cost budget in USD."
     ),
     workers: Optional[int] = typer.Option(None, "--workers", help="Concurrent evaluations."),
+    trainers: Optional[int] = typer.Option(
+        None, "--trainers", help="A batch's training in this many shares at once (CPU)."
+    ),
     executor: Optional[str] = typer.Option(
         None, "--executor", help="Where sandboxed workers run: local or ray."
     ),
@@ -160,6 +165,7 @@ def resume(
         "budget": budget,
         "max_cost": max_cost,
         "workers": workers,
+        "trainers": trainers,
         "executor": executor,
         "ray_address": ray_address,
         "api_base": api_base,

@@ -198,6 +198,23 @@ FidelityOption = Annotated[
         "protocol's (minatar-cpu: rungs), else full.",
     ),
 ]
+TrainersOption = Annotated[
+    Optional[int],
+    typer.Option(
+        "--trainers",
+        help="On this machine's CPUs: train each batch in this many shares at once, one "
+        "trainer process each (XLA trains one per core); scores do not change. Default 1.",
+    ),
+]
+StabilityOption = Annotated[
+    Optional[float],
+    typer.Option(
+        "--stability",
+        help="Train a race's winner, paired with the incumbent, at this many times the budget "
+        "on the validation envs and refuse it when significantly worse there (a drift that "
+        "learns fast, then collapses); 0: off. Default: the protocol's (quick: 5), else off.",
+    ),
+]
 TimeoutOption = Annotated[
     Optional[float], typer.Option("--timeout", help="Per-evaluation time limit in seconds.")
 ]
@@ -252,7 +269,7 @@ ReportOption = Annotated[
 
 # discover's options a resume may change (budgets, and where it runs), as DiscoverConfig names them
 RESUMABLE = (
-    "budget", "workers", "executor", "ray_address", "devices", "max_cost", "api_base",
+    "budget", "workers", "trainers", "executor", "ray_address", "devices", "max_cost", "api_base",
     "llm_timeout", "max_concurrency", "timeout", "unsafe_no_sandbox",
 )  # fmt: skip
 # those that define the search (a resume keeps the run's own)
@@ -260,7 +277,7 @@ SEARCH = (
     "task", "suite", "proposer", "rng_seed", "seeds", "seed_values", "timesteps", "children",
     "islands", "population", "guidance_every", "mode", "model_choice", "models", "confirm",
     "confirm_seeds", "race_seeds", "lr_sweep", "lr_aggregation", "curriculum",
-    "curriculum_levels", "protocol", "heldout", "skip_short", "fidelity",
+    "curriculum_levels", "protocol", "heldout", "skip_short", "fidelity", "stability",
 )  # fmt: skip
 
 

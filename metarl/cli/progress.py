@@ -117,6 +117,20 @@ class Display:
                 f"P(better) {fmt(data.get('poi'))} [{fmt(data.get('poi_low'))}, "
                 f"{fmt(data.get('poi_high'))}]: {data.get('verdict')}"
             )
+        elif kind == "stability":
+            verdict = data.get("verdict")
+            fate = "kept the incumbent" if verdict in ("worse", None) else "holds"
+            seen = (
+                f"worst on {data.get('env')}: P(better) {fmt(data.get('poi'))} "
+                f"[{fmt(data.get('poi_low'))}, {fmt(data.get('poi_high'))}] over "
+                f"{data.get('runs')} seeds: {verdict}"
+                if verdict
+                else "the round scored nothing"
+            )
+            self.line(
+                f"… {data['id']} against {data.get('incumbent') or '—'} at "
+                f"{fmt(data.get('factor'))}x the budget: {seen}; {fate}"
+            )
         elif kind == "duplicate":
             self.line(
                 f"… {data['id']} returns exactly what the incumbent {data['incumbent']} returns "

@@ -1,6 +1,6 @@
 """The loop's evaluators and the batches it sends them.
 
-One evaluator per purpose ("child", "seed", "confirm", "final"; settings from
+One evaluator per purpose ("child", "seed", "confirm", "stability", "final"; settings from
 records.cascade_settings), started on first use. A batch is one `evaluate_batch` call, run on
 a daemon thread while the loop's thread checks the time budget (and stays responsive to
 Ctrl-C); `workers` is the
@@ -28,6 +28,7 @@ SHOWN = {
     "child": ("id", "name", "operator"),
     "seed": ("id", "name"),
     "confirm": (),
+    "stability": (),
     "final": (),
 }
 
@@ -79,7 +80,7 @@ class Batches:
         if name not in self.evaluators:
             if purpose == "child":
                 self.emit("status", {"text": "starting sandbox workers"})
-            workers = 1 if purpose in ("confirm", "final") else self.config.workers
+            workers = 1 if purpose in ("confirm", "stability", "final") else self.config.workers
             settings = records.cascade_settings(
                 self.config, purpose, self.seed_pool, final_rate, train_envs
             )

@@ -69,6 +69,9 @@ class DiscoverConfig:
     executor: str = "local"
     ray_address: str | None = None
     devices: list[str] = field(default_factory=list)
+    # local, without devices: a batch's training in this many shares at once, one trainer
+    # process each (XLA trains one per core on a CPU); scores do not change
+    trainers: int = 1
     rng_seed: int = 0  # the search's RNG seed (`--rng-seed`): selection, proposals, LLM choice
     seeds: int | None = 2  # training seeds per evaluation; None: the suite's default
     # pinned training seed values (`--seed-values 0,1`; recorded); None: drawn per batch from
@@ -107,6 +110,11 @@ class DiscoverConfig:
     # the chance that any race of the run calls a challenger BETTER by luck: spent over the
     # run's races and their looks (evaluation/statistics.py race_confidence)
     selection_error: float = 0.05
+    # the race's winner is also trained, paired with the incumbent on fresh seeds, at this many
+    # times `timesteps` on the validation envs, and refused when significantly worse there (a
+    # drift that learns fast, then collapses: discovery/races.py); 0: off. None: the
+    # protocol's (`quick`: 5), else off
+    stability: float | None = None
     protocol: str = "quick"  # the evaluation protocol's name (evaluation/protocols.py), recorded
     # learning-rate sweep of every evaluation ("5": a 5-rate log grid around each env's tuned
     # rate; "1e-4,3e-4": those rates), its aggregation ("best" | "mean"); the test envs are
@@ -193,7 +201,9 @@ class DiscoverConfig:
                 f"unknown proposer {self.proposer!r}; choose {' or '.join(PROPOSERS)}"
             )
         try:
-            ExecutorSettings(self.executor, tuple(self.devices), self.ray_address)
+            ExecutorSettings(
+                self.executor, tuple(self.devices), self.ray_address, trainers=self.trainers
+            )
         except ValueError as error:
             raise ConfigError(str(error)) from None
         if self.mode not in ("population", "conversation"):
@@ -209,6 +219,7 @@ class DiscoverConfig:
         checks = [
             ("budget", self.budget, 0),
             ("workers", self.workers, 1),
+            ("trainers", self.trainers, 1),
             ("islands", self.islands, 1),
             ("population", self.population, 1),
             ("children", self.children, 1),
@@ -260,6 +271,12 @@ class DiscoverConfig:
             _check_curriculum(out, suite)
         if out.fidelity is None:
             out.fidelity = "full"
+        out.stability = float(out.stability or 0.0)
+        if out.stability != 0.0 and not 1.0 < out.stability <= 100.0:
+            raise ConfigError(
+                f"stability is {out.stability:g}: a multiple of the budget above 1 (and at most "
+                "100), or 0 for no stability check"
+            )
         if out.fidelity not in FIDELITIES:
             raise ConfigError(
                 f"unknown fidelity {out.fidelity!r}; choose " + " or ".join(FIDELITIES)

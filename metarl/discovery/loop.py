@@ -11,7 +11,8 @@ one child per generation).
             run's state, in one transaction
         end of generation: children join their islands; the child with the best training
             score above the incumbent's races it on the suite's validation envs, on fresh
-            seeds, round by round (`_race`), and displaces it only when significantly better;
+            seeds, round by round, and displaces it only when significantly better and not
+            significantly worse at several times the budget (races.py);
             a new incumbent's test envs are then re-measured on fresh seeds (reported, never
             read); truncation; migration; every `guidance_every` generations the prompt's
             "what worked / what failed" notes rewritten from the archive (guidance.py), once a
@@ -41,9 +42,10 @@ from metarl.discovery import curriculum, guidance, planning, records, selection
 from metarl.discovery.batches import Batches
 from metarl.discovery.config import DiscoverConfig
 from metarl.discovery.proposers.base import Proposal
+from metarl.discovery.races import Races
 from metarl.discovery.runs import LoopError, RunBook, RunResult, Stop
 from metarl.discovery.state import STATE_VERSION, RunState, Slot
-from metarl.evaluation import roles, statistics
+from metarl.evaluation import roles
 from metarl.evaluation.near_duplicates import MAX_KNOWN_BEHAVIOURS, is_near
 from metarl.evaluation.outcome import Outcome
 from metarl.evaluation.seeds import draw_pool, pool_size
@@ -90,6 +92,7 @@ class DiscoveryLoop:
         self.book: RunBook | None = None  # the run's bookkeeping, once started
         self.rows: records.RowMaker | None = None  # the run's candidate rows, once started
         self.batches: Batches | None = None
+        self.races: Races | None = None  # who may replace the incumbent, once started
 
     def run(self) -> RunResult:
         """Run (or resume) the run; how this session ended.
@@ -116,6 +119,16 @@ class DiscoveryLoop:
                 self._emit,
             )
             self.batches.seed_pool = self.state.seed_pool
+            suite = self.task_suite
+            self.races = Races(
+                self.archive,
+                self.config,
+                self.batches,
+                self.book,
+                self.run_id,
+                list(suite.validation or suite.envs),
+                self._emit,
+            )
             if self.state.phase == "seeds":
                 self._seeds_phase()
             while True:
@@ -153,6 +166,9 @@ class DiscoveryLoop:
             # a candidate's selection seeds, its validation rounds and its test measurement
             # never share a seed: the pool holds all three
             counts = [cfg.seeds] + [cfg.race_seeds, cfg.confirm_seeds] * cfg.confirm
+            # a stability round is fresh to both sides' selection and validation seeds
+            checked = bool(cfg.confirm and cfg.stability)
+            counts += [cfg.seeds, cfg.race_seeds, cfg.confirm_seeds] * checked
             size = pool_size(sum(counts))
             pool = list(self.state.seed_pool or [])
             if len(pool) < size:  # new, or a run from before races: more values, same secret
@@ -379,8 +395,9 @@ class DiscoveryLoop:
         """The incumbent after a generation.
 
         Training scores only nominate: the child with the best training score above the
-        incumbent's is raced against it on the suite's validation envs (`_race`) and takes
-        its place only when it is significantly better there. Test scores are not read here,
+        incumbent's is raced against it on the suite's validation envs and takes its place
+        only when it is significantly better there and not significantly worse at `stability`
+        times the budget (races.py). Test scores are not read here,
         nor anywhere in selection: this method sees candidate ids and their training and
         validation scores only. Without `confirm`, the best training score wins (the
         unraced selection, kept for comparison: benchmarks/generalisation.py).
@@ -397,126 +414,10 @@ class DiscoveryLoop:
         passed = [(c["id"], c["fitness"]) for c in children if c["status"] == "passed"]
         for cid in selection.contenders(passed, self._score(incumbent), limit=1):
             self.book.check_time()
-            if self._race(incumbent, cid):
+            if self.races.contest(incumbent, cid):
                 incumbent = cid
                 self._measure_test(cid)
         return incumbent
-
-    def _race(self, incumbent: str, challenger: str) -> bool:
-        """Race `challenger` against `incumbent` on validation, round by round, on fresh seeds.
-
-        A round trains both (one batch: the same fresh seeds) or only the one with fewer
-        validation runs; after each, `statistics.race` compares their validation score
-        matrices: BETTER wins, WORSE or TIE (the `race_seeds` cap reached, undecided) keeps
-        the incumbent, UNDECIDED runs another round. Every look is tested at the confidence
-        that keeps the run's chance of any lucky BETTER below `selection_error` (the race's
-        number in the run spends it: statistics.race_confidence). Every round is archived, so a
-        resumed run continues the race where it stood.
-
-        Returns:
-            Whether the challenger takes the incumbent's place.
-        """
-        cap = int(self.config.race_seeds)
-        enough = int(self.config.confirm_seeds)
-        if challenger not in self.state.races:  # a resumed race keeps its number
-            self.state.races.append(challenger)
-        confidence = statistics.race_confidence(
-            self.state.races.index(challenger) + 1,
-            -(-cap // enough),  # a look per round: `enough` more seeds each, up to `cap`
-            float(self.config.selection_error),
-        )
-        while True:
-            if self._same_behaviour(incumbent, challenger):
-                return False
-            tables = {cid: self._validation(cid) for cid in (incumbent, challenger)}
-            runs = {cid: 0 if m is None else m.shape[0] for cid, (m, _) in tables.items()}
-            if runs[incumbent] >= enough and runs[challenger] >= enough:
-                paired = roles.comparable(tables[incumbent], tables[challenger])
-                if paired is None:  # no env both define: nothing to compare on
-                    return False
-                decision = statistics.race(
-                    paired[0], {challenger: paired[1]}, max_runs=cap, confidence=confidence
-                )
-                verdict = decision.verdicts[challenger]
-                poi = decision.poi[challenger]
-                self._emit_race(challenger, incumbent, verdict, poi, runs[challenger], confidence)
-                if verdict != statistics.UNDECIDED:
-                    return verdict == statistics.BETTER
-            behind = [c for c in (incumbent, challenger) if runs[c] <= runs[challenger]]
-            cids = [c for c in behind if runs[c] < cap] or [challenger]
-            seeds = self._incumbent_round(incumbent, challenger) if cids == [challenger] else None
-            if not self._validate_round(cids, seeds):
-                return False
-
-    def _incumbent_round(self, incumbent: str, challenger: str) -> list[int] | None:
-        """The seeds of the incumbent's first validation round the challenger has not run,
-        for a round that trains the challenger alone: paired with the incumbent's runs
-        (same seeds, same layout: comparable return by return, so a copy in behaviour shows
-        at once). None when there is no such round, or when its seeds are not fresh to the
-        challenger (it was trained on one of them): then the round draws fresh seeds."""
-        theirs = self.archive.role_evaluations(incumbent, "validation")
-        mine = self.archive.role_evaluations(challenger, "validation")
-        done = {tuple(row["seeds"]) for row in mine}
-        row = self.archive.candidate(challenger)
-        seen = {int(s) for key in ("seeds", "validation_seeds") for s in row.get(key) or []}
-        for seeds in dict.fromkeys(tuple(int(s) for s in r["seeds"]) for r in theirs):
-            if seeds not in done:
-                return None if seen & set(seeds) else list(seeds)
-        return None
-
-    def _same_behaviour(self, incumbent: str, challenger: str) -> bool:
-        """Whether the challenger's validation runs return exactly what the incumbent's do
-        wherever both trained on the same seeds: a copy in behaviour (a constant changed where
-        training never reaches), whose race could only end in a tie. Checked before each
-        round, so a copy stops after the first paired round (`_incumbent_round`)."""
-        shared = roles.identical_returns(
-            self.archive.role_evaluations(incumbent, "validation"),
-            self.archive.role_evaluations(challenger, "validation"),
-        )
-        if shared < roles.MIN_IDENTICAL:
-            return False
-        logger.info(
-            "%s returns what %s returns on %d runs: not raced", challenger, incumbent, shared
-        )
-        self._emit("duplicate", {"id": challenger, "incumbent": incumbent, "runs": shared})
-        return True
-
-    def _validate_round(self, cids: list[str], seeds: list[int] | None = None) -> bool:
-        """One validation round of `cids` (one batch, shared fresh seeds, or `seeds`); False
-        when it scored nothing (a fault or a failure: the race cannot go on)."""
-        self.book.check_time()
-        rows = [self.archive.candidate(cid) for cid in cids]
-        seen = sorted(
-            {
-                int(s)
-                for row in rows
-                for key in ("seeds", "validation_seeds")
-                for s in row.get(key) or []
-            }
-        )
-        names = ", ".join(cids)
-        where = (
-            f"the incumbent's {len(seeds)} seeds"
-            if seeds
-            else f"{self.config.confirm_seeds} fresh seeds"
-        )
-        self._emit("status", {"text": f"validating {names} on {where}"})
-        outcomes = self.batches.evaluate("confirm", rows, exclude_seeds=seen, seeds=seeds)
-        envs = self._validation_envs()
-        scored = True
-        for cid, outcome in zip(cids, outcomes):
-            estimate = self.archive.record_validation(
-                cid,
-                outcome,
-                envs,
-                aggregation=self.config.lr_aggregation,
-                run_id=self.run_id,
-                run_update=self.book.update(),
-            )
-            if not outcome.passed or estimate is None:
-                logger.warning("validation round of %s scored nothing: %s", cid, outcome.reason)
-                scored = False
-        return scored
 
     def _measure_test(self, cid: str) -> None:
         """The new incumbent's test envs on fresh seeds: reported, never read by selection."""
@@ -552,32 +453,6 @@ class DiscoveryLoop:
             return None, 1.0
         chosen = choose_lr(grid, scores)
         return (None, chosen) if counted else (repr(chosen), 1.0)
-
-    def _validation(self, cid: str):
-        """The candidate's validation table so far: (runs x envs matrix or None, its envs)."""
-        rows = self.archive.role_evaluations(cid, "validation")
-        return roles.role_table(rows, self._validation_envs(), self.config.lr_aggregation)
-
-    def _validation_envs(self) -> list[str]:
-        """The envs a validation round scores: the suite's validation envs, or its training
-        envs (on fresh seeds) when it names none."""
-        suite = self.task_suite
-        return list(suite.validation or suite.envs)
-
-    def _emit_race(self, cid, incumbent, verdict, poi, runs, confidence) -> None:
-        row = self.archive.candidate(cid)
-        data = {"id": cid, "name": row["name"], "fitness": row["fitness"]}
-        data.update(
-            confirmed=row.get("validation"),
-            incumbent=incumbent,
-            verdict=verdict,
-            poi=poi.point,
-            poi_low=poi.low,
-            poi_high=poi.high,
-            runs=runs,
-            confidence=confidence,
-        )
-        self._emit("confirm", data)
 
     # -- helpers --------------------------------------------------------------------------
     def _emit(self, kind: str, data: dict) -> None:

@@ -31,6 +31,8 @@ def cascade_settings(
     - "seed": seed programs, training and test envs (the test scores are only reported);
     - "confirm": a validation round: the validation envs only (the training envs on fresh
       seeds when the suite names none), `confirm_seeds` fresh seeds, no short run;
+    - "stability": a race winner's check past the budget (races.py): a validation round at
+      `stability` times the budget;
     - "final": the incumbent's test envs on fresh seeds, measured after selection, at the
       one learning rate its validation rounds chose: `final_rate` = (a one-rate `lr_sweep`
       for explicit rates, or None; `lr_scale`, the multiplier of each env's tuned rate).
@@ -40,8 +42,14 @@ def cascade_settings(
 
     Training seeds: the config's pinned values (a confirmation's extended past them), or
     drawn per batch from the run's secret `seed_pool` (evaluation/seeds.py)."""
-    seeds = config.confirm_seeds if purpose in ("confirm", "final") else config.seeds
-    validation = purpose == "confirm" and bool(get_suite(config.suite).validation)
+    rounds = ("confirm", "stability")
+    seeds = config.confirm_seeds if purpose in (*rounds, "final") else config.seeds
+    if purpose == "stability":  # two runs at least: a paired comparison needs an interval
+        seeds = max(2, seeds)
+    validation = purpose in rounds and bool(get_suite(config.suite).validation)
+    timesteps = config.timesteps
+    if purpose == "stability":
+        timesteps = int(round(float(config.stability) * int(config.timesteps)))
     pinned = config.seed_values
     if pinned and len(pinned) != seeds:
         pinned = pinned_extension(pinned, seeds, ())
@@ -51,13 +59,13 @@ def cascade_settings(
         seed_values=list(pinned) if pinned else None,
         seed_pool=None if pinned else seed_pool,
         short_run_threshold=config.short_threshold,
-        total_timesteps=config.timesteps,
+        total_timesteps=timesteps,
         short_timesteps=config.short_timesteps,
         timeout_s=config.timeout,
         memory_mb=config.memory_mb,
         heldout=purpose in ("seed", "final") and config.heldout,
         validation=validation,
-        train=purpose in ("child", "seed") or (purpose == "confirm" and not validation),
+        train=purpose in ("child", "seed") or (purpose in rounds and not validation),
         skip_short=config.skip_short if purpose == "child" else True,
         # rungs for the children only: seeds, races and final measurements train their budget
         rungs=list(config.rungs) if purpose == "child" and config.fidelity == "rungs" else None,
@@ -77,7 +85,8 @@ def executor_settings(config: DiscoverConfig) -> ExecutorSettings:
     """Where the run's sandboxed workers run: the config's executor, with local workers pinned
     one per GPU when there are several GPUs and several workers (`pinned_devices`)."""
     devices = pinned_devices(config.devices, config.workers) if config.executor == "local" else ()
-    return ExecutorSettings(config.executor, devices, config.ray_address)
+    trainers = config.trainers if config.executor == "local" and not devices else 1
+    return ExecutorSettings(config.executor, devices, config.ray_address, trainers=trainers)
 
 
 @dataclass(frozen=True)

@@ -112,6 +112,32 @@ def _resolve_task(task):
     return get_task(task) if isinstance(task, str) else task
 
 
+def baseline_shares(plan: Sequence[PlannedRun], slots: int) -> list[list[str]]:
+    """The planned segments' keys in at most `slots` shares of whole envs (an env's segments
+    are one run: they stay together), the costliest envs (most updates) spread first.
+
+    Args:
+        plan: the planned segments.
+        slots: trainer jobs that may run at once.
+
+    Returns:
+        Non-empty lists of keys; one list when `slots` is 1 or there is one env.
+    """
+    by_env: dict[str, set[str]] = {}
+    cost: dict[str, int] = {}
+    for entry in plan:
+        env = entry.config.env_name
+        by_env.setdefault(env, set()).add(entry.key)
+        cost[env] = max(cost.get(env, 0), int(entry.config.num_updates))
+    shares: list[list[str]] = [[] for _ in range(max(1, min(int(slots), len(by_env))))]
+    loads = [0] * len(shares)
+    for env in sorted(by_env, key=lambda e: (-cost[e], e)):
+        lightest = loads.index(min(loads))
+        shares[lightest] += sorted(by_env[env])
+        loads[lightest] += cost[env]
+    return [share for share in shares if share]
+
+
 class Evaluator:
     """Runs the cascade on sandboxed workers started by an executor; `evaluate` is thread-safe.
 
@@ -223,10 +249,25 @@ class Evaluator:
 
     def _train_baselines(self, task, plan, seeds: list[int], program: str) -> None:
         """Train the baseline program on every planned segment for `seeds` (a batch's seeds,
-        in its order), in one trainer that never sees a candidate; cache each (segment, layout,
-        seed) run and each random return."""
+        in its order), in trainers that never see a candidate (one per executor slot, each a
+        share of the envs: on 2 CPU cores with `trainers=2`, two at once); cache each
+        (segment, layout, seed) run and each random return."""
+        shares = baseline_shares(plan, self._executor.slots)
+        if len(shares) == 1:
+            self._train_baseline_keys(task, plan, seeds, program, shares[0])
+            return
+        with ThreadPoolExecutor(len(shares), thread_name_prefix="metarl-baseline") as pool:
+            work = [
+                pool.submit(self._train_baseline_keys, task, plan, seeds, program, keys)
+                for keys in shares
+            ]
+            for future in work:
+                future.result()
+
+    def _train_baseline_keys(self, task, plan, seeds: list[int], program: str, keys) -> None:
+        """One baseline trainer job: the planned segments `keys` (whole envs)."""
         settings = self._batch_settings(seeds)
-        keys = sorted({entry.key for entry in plan})
+        keys = sorted(keys)
         job = {
             "kind": "baseline",
             "task": task.name,
@@ -241,7 +282,7 @@ class Evaluator:
         if not isinstance(payload, dict) or run.result.get("kind") != "baseline":
             detail = run.reason or (payload or {}).get("error")
             raise RuntimeError(f"computing the {task.name} baseline failed: {clean(detail, 2000)}")
-        by_key = {entry.key: entry for entry in plan}
+        by_key = {entry.key: entry for entry in plan if entry.key in keys}
         for data in payload.get("runs", []):
             entry = by_key[data.pop("key")]
             seed = int(data.pop("seed"))

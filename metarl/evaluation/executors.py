@@ -10,7 +10,7 @@ private result pipe) is the same everywhere, so candidate code never runs anywhe
 - `LocalExecutor`: today's pre-warmed worker pools on this machine. With `devices`, one pool per
   device whose workers see only that device (`CUDA_VISIBLE_DEVICES`), each job holding one free
   device; `slots` (the number of trainer jobs the cascade runs at once, one share of a batch
-  each) is the number of devices. Without devices, one trainer job at a time (as before).
+  each) is the number of devices. Without devices, `trainers` jobs at a time (default one).
 - `RayExecutor`: each job is a Ray task (`carry`) that starts the same sandboxed worker on the
   node Ray picks (a GPU when the cluster has them) and returns its WorkerResult; the driver
   keeps the loop, the proposer and the archive and is the only writer of SQLite. A task whose
@@ -65,12 +65,18 @@ class ExecutorSettings:
             private Ray instance on this machine; None: Ray's own default (a cluster started
             on this machine with `ray start`, else a new local one).
         retries: ray only: re-runs of a task whose worker process or node died.
+        trainers: local without devices: trainer jobs that run at once on this machine's
+            cores, the shares a batch is split into (1: one at a time). Why: XLA's CPU backend
+            runs one MinAtar trainer on one core (`top` on CPU-2: one worker at 100%, the
+            second core idle), so a batch in two shares uses both; a candidate's numbers do not
+            depend on its share.
     """
 
     kind: str = "local"
     devices: tuple[str, ...] = ()
     ray_address: str | None = None
     retries: int = 3
+    trainers: int = 1
 
     def __post_init__(self) -> None:
         if self.kind not in EXECUTORS:
@@ -83,6 +89,13 @@ class ExecutorSettings:
             raise ValueError(f"devices must be distinct names, got {list(self.devices)}")
         if self.retries < 0:
             raise ValueError(f"retries must be at least 0, got {self.retries}")
+        if self.trainers < 1:
+            raise ValueError(f"trainers must be at least 1, got {self.trainers}")
+        if self.trainers > 1 and (self.kind != "local" or self.devices):
+            raise ValueError(
+                "trainers shares a batch over this machine's cores; with devices or a Ray "
+                "cluster, the devices or --workers set the shares"
+            )
 
 
 def pinned_devices(devices: list[str] | tuple[str, ...], workers: int) -> tuple[str, ...]:
@@ -120,6 +133,7 @@ class LocalExecutor:
         workers: int,
         prewarm: bool = True,
         devices: tuple[str, ...] = (),
+        trainers: int = 1,
     ):
         """Args:
         limits: the sandbox limits of every worker.
@@ -127,9 +141,10 @@ class LocalExecutor:
             the spare workers of each role kept warm.
         prewarm: keep spares warm (False: start each worker when its job comes).
         devices: accelerators to pin workers to, one job per device at a time.
+        trainers: without devices, the trainer jobs that run at once (ExecutorSettings).
         """
         self.devices = list(devices)
-        self.slots = max(1, len(self.devices))
+        self.slots = max(1, len(self.devices)) if self.devices else max(1, int(trainers))
         self._free: queue.Queue = queue.Queue()
         for device in self.devices or [None]:
             self._free.put(device)
@@ -327,4 +342,4 @@ def make_executor(
         return RayExecutor(limits, workers, settings.ray_address, settings.retries)
     if not limits.unsafe_no_sandbox:
         check_bubblewrap()
-    return LocalExecutor(limits, workers, prewarm, settings.devices)
+    return LocalExecutor(limits, workers, prewarm, settings.devices, settings.trainers)

@@ -59,9 +59,10 @@ PROTOCOLS: dict[str, Protocol] = {
     for protocol in (
         Protocol(
             "quick",
-            {"suite": "classic", "timesteps": 100_000, "seeds": 2},
+            {"suite": "classic", "timesteps": 100_000, "seeds": 2, "stability": 5.0},
             "the CPU demo: classic suite at 1e5 steps, 2 seeds per proposal, validation raced "
-            "on fresh seeds (4 per round, up to 12), test on fresh seeds",
+            "on fresh seeds (4 per round, up to 12), the winner checked at 5x the budget "
+            "(refused when significantly worse there), test on fresh seeds",
         ),
         Protocol(
             "minatar-cpu",
@@ -73,12 +74,13 @@ PROTOCOLS: dict[str, Protocol] = {
                 "confirm_seeds": 4,
                 "race_seeds": 8,
                 "fidelity": "rungs",
+                "stability": 2.0,
             },
             "DiscoGen's MinAtar games and config for 2 CPU cores: train Breakout, Freeway; "
             "validation Seaquest; test Asterix, SpaceInvaders; 1e6 steps (122 PPO updates, "
             "where PPO learns), 2 seeds per proposal, validation raced on 4 fresh seeds per "
-            "round (up to 8), rungs on, greedy evaluation over 16 episodes; one learning rate "
-            "(DiscoGen's 1e-3)",
+            "round (up to 8), the winner checked at 2x the budget, rungs on, greedy evaluation "
+            "over 16 episodes; one learning rate (DiscoGen's 1e-3)",
         ),
         Protocol(
             "discobench",

@@ -133,6 +133,8 @@ def candidate_curves(
         mean = _curve(row.get("adaptation"))
         if mean is None or row.get("stage") != "full" or row.get("role") not in ROLES:
             continue
+        if row.get("purpose") == "stability":  # a longer run: not the role's adaptation curve
+            continue
         scratch = _curve(row.get("scratch"), "scratch")
         if scratch is not None and len(scratch) != len(mean):
             logger.warning("an evaluation's scratch curve does not match its points; left out")

@@ -57,6 +57,9 @@ class Task:
     # whether the candidate is a function of (ratio, advantage) that distillation and symbolic
     # regression can sample on a grid (evaluation/tracing.py's sample_drift)
     distillable: bool = False
+    # parametric program families (tasks/families.py): regions of the program space the
+    # offline proposer may jump to (its `family` operator)
+    families: tuple = ()
 
     def __post_init__(self):
         if self.slot not in SLOT_NAMES:

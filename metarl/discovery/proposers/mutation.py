@@ -13,6 +13,10 @@ Operators (each returns a new program or gives up, and the proposer then tries a
 - `delete`: replace an operation by one of its operands (`f(x)` -> `x`, `a * b` -> `a`).
 - `crossover` (two parents): replace a subexpression of the first parent by one of the second,
   with the second parent's local variables inlined so the graft only uses the arguments.
+- `family`: a whole member of one of the task's parametric families (tasks/families.py: an
+  asymmetric clip, DPO's alpha and beta, a KL penalty, Lion's betas...) at random parameters,
+  in place of an edit of the parent: a jump out of the seeds' neighbourhood that keeps the
+  contract. Only for tasks that declare families.
 
 The proposer never executes code (the parent process must not): validity comes from editing
 only value positions of the tree, keeping booleans boolean and indices intact; the cascade's
@@ -85,6 +89,7 @@ DEFAULT_WEIGHTS = {
     "operator": 0.15,
     "insert": 0.17,
     "delete": 0.08,
+    "family": 0.10,
 }
 
 
@@ -388,7 +393,21 @@ class MutationProposer:
             try:
                 editor = Editor(tree, function_name, rng, parent.code)
                 descriptions = []
-                if len(request.parents) >= 2:
+                root = _root_name(parent.name)
+                families = request.task.families
+                operator = None
+                if len(request.parents) < 2 and families:
+                    operator = self._pick(rng)
+                if operator == "family":
+                    family = rng.choice(families)
+                    source, values = family.draw(rng)
+                    tree = ast.parse(source)
+                    editor = Editor(tree, function_name, rng, source)
+                    editor.description = f"family {family.describe(values)}: {family.reference}"
+                    root = family.name
+                elif operator is not None:
+                    getattr(editor, operator)()
+                elif len(request.parents) >= 2:
                     donor = request.parents[1]
                     try:
                         editor.crossover(donor.code, function_name, donor.name or donor.id)
@@ -397,11 +416,11 @@ class MutationProposer:
                         operator = self._pick(rng)
                         getattr(editor, operator)()
                 else:
-                    operator = self._pick(rng)
+                    operator = self._pick(rng, edits_only=True)
                     getattr(editor, operator)()
                 descriptions.append(editor.description)
                 if operator != "crossover" and rng.random() < self.chain_probability:
-                    second = self._pick(rng)
+                    second = self._pick(rng, edits_only=True)
                     try:
                         getattr(editor, second)()
                         descriptions.append(editor.description)
@@ -420,7 +439,6 @@ class MutationProposer:
             self.proposed += 1
             self.operator_counts[operator] = self.operator_counts.get(operator, 0) + 1
             parents = request.parents[:2] if operator == "crossover" else request.parents[:1]
-            root = _root_name(parent.name)
             return Proposal(
                 code=code,
                 name=f"{root}.{source_hash(code)[:5]}",
@@ -437,8 +455,12 @@ class MutationProposer:
             failure=f"no valid edit after {self.max_tries} tries ({'; '.join(reasons)})",
         )
 
-    def _pick(self, rng: random.Random) -> str:
-        names = list(self.weights)
+    def _pick(self, rng: random.Random, edits_only: bool = False) -> str:
+        """An operator by weight; `edits_only`: one that edits the program in hand (not
+        `family`, which replaces it)."""
+        names = [n for n in self.weights if not (edits_only and n == "family")]
+        if not names:
+            raise MutationFailed("no edit operator has a weight")
         return rng.choices(names, [self.weights[n] for n in names])[0]
 
     def feedback(self, proposal: Proposal, outcome: Outcome, candidate_id: str) -> None:

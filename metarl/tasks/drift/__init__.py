@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from metarl.tasks.base import Task
+from metarl.tasks.drift.families import FAMILIES
 from metarl.tasks.drift.probes import fingerprint_inputs, probes
 from metarl.tasks.elementwise import elementwise_plumbing
 from metarl.tasks.vocabulary import AVAILABLE
@@ -65,4 +66,5 @@ TASK = Task(
     fingerprint_inputs=fingerprint_inputs,
     **PLUMBING._asdict(),
     distillable=True,
+    families=FAMILIES,
 )

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 from metarl.rl.components import Components
 from metarl.rl.verifier.artifact import ElementSignature
 from metarl.tasks.base import Task
+from metarl.tasks.optimizer.families import FAMILIES
 from metarl.tasks.optimizer.plug import MOMENTUM_DECAYS, NUM_STATE_SLOTS, rule_optimizer
 from metarl.tasks.optimizer.probes import fingerprint_inputs, probes
 from metarl.tasks.vocabulary import AVAILABLE
@@ -120,4 +121,5 @@ TASK = Task(
     element_signature=SIGNATURE,
     per_element=per_element,
     assemble=assemble,
+    families=FAMILIES,
 )

@@ -422,12 +422,17 @@ def test_discovery_progress_lines_and_live_panel_print_inert():
         view("status", {"text": f"asking the LLM {HOSTILE}"})
         view("candidate", event)
         view("confirm", {"id": "r1-3", "name": MARKUP, "fitness": 1.0, "confirmed": 1.1})
+        check = {"id": "r1-3", "incumbent": "r1-0", "factor": 5.0, "verdict": "worse"}
+        check.update(poi=0.0, poi_low=0.0, poi_high=0.0, runs=4, env="Breakout-MinAtar")
+        view("stability", check)
         view("done", {"status": "stopped", "reason": HOSTILE})
         console.print(view.render())  # what the live panel shows on a terminal
     out = captured.get()
     assert_inert(out)
     assert "ev[b]n[/b]\\x1b[31m" in out and "[i]op[/i]" in out
     assert "[bold green]PASSED[/]" in out and "\\x1b]0;pwned\\x07" in out
+    assert "r1-3 against r1-0 at 5x the budget: worst on Breakout-MinAtar" in out
+    assert "kept the incumbent" in out
 
 
 def test_evaluate_prints_a_candidates_reason_warnings_and_output_inert():

@@ -129,7 +129,7 @@ class Display:
             )
             self.line(
                 f"… {data['id']} against {data.get('incumbent') or '—'} at "
-                f"{fmt(data.get('factor'))}x the budget: {seen}; {fate}"
+                f"{data.get('factor') or 0:g}x the budget: {seen}; {fate}"
             )
         elif kind == "duplicate":
             self.line(

@@ -47,9 +47,10 @@ def cascade_settings(
     if purpose == "stability":  # two runs at least: a paired comparison needs an interval
         seeds = max(2, seeds)
     validation = purpose in rounds and bool(get_suite(config.suite).validation)
-    timesteps = config.timesteps
-    if purpose == "stability":
+    timesteps, timeout = config.timesteps, config.timeout
+    if purpose == "stability":  # factor x the budget: factor x the time
         timesteps = int(round(float(config.stability) * int(config.timesteps)))
+        timeout = float(config.stability) * float(config.timeout)
     pinned = config.seed_values
     if pinned and len(pinned) != seeds:
         pinned = pinned_extension(pinned, seeds, ())
@@ -61,7 +62,7 @@ def cascade_settings(
         short_run_threshold=config.short_threshold,
         total_timesteps=timesteps,
         short_timesteps=config.short_timesteps,
-        timeout_s=config.timeout,
+        timeout_s=timeout,
         memory_mb=config.memory_mb,
         heldout=purpose in ("seed", "final") and config.heldout,
         validation=validation,

@@ -275,14 +275,15 @@ class Evaluator:
             "keys": keys,
             "platform": self.platform,
         }
-        limit = max(self.settings.timeout_s, 600.0) * len(keys)
+        segments = [entry for entry in plan if entry.key in keys]
+        limit = self.settings.baseline_limit(segments, len(seeds))
         with self._slots:
             run = self._executor.run("trainer", job, limit)
         payload = (run.result or {}).get("payload") if run.status == "ok" else None
         if not isinstance(payload, dict) or run.result.get("kind") != "baseline":
             detail = run.reason or (payload or {}).get("error")
             raise RuntimeError(f"computing the {task.name} baseline failed: {clean(detail, 2000)}")
-        by_key = {entry.key: entry for entry in plan if entry.key in keys}
+        by_key = {entry.key: entry for entry in segments}
         for data in payload.get("runs", []):
             entry = by_key[data.pop("key")]
             seed = int(data.pop("seed"))

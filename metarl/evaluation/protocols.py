@@ -75,6 +75,10 @@ PROTOCOLS: dict[str, Protocol] = {
                 "race_seeds": 8,
                 "fidelity": "rungs",
                 "stability": 2.0,
+                # a stage's wall-clock cap: a validation round's baseline (Seaquest, 4 seeds
+                # x 1e6 steps) took over the default 900 s on 2 busy cores, and a candidate's
+                # round is the same work
+                "timeout": 3600.0,
             },
             "DiscoGen's MinAtar games and config for 2 CPU cores: train Breakout, Freeway; "
             "validation Seaquest; test Asterix, SpaceInvaders; 1e6 steps (122 PPO updates, "

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import asdict, dataclass
+from typing import Sequence
 
 from metarl.evaluation.baseline_cache import compilation_cache_dir
 from metarl.evaluation.fidelity import RUNG_BAR, RUNG_CONFIDENCE, rung_updates, validate_rungs
@@ -19,6 +20,9 @@ from metarl.rl.lr_sweep import parse_sweep
 
 # how a swept env's per-rate scores become its score: DiscoBench's best rate, or the mean
 LR_AGGREGATIONS = ("best", "mean")
+# env steps a baseline job gets one `timeout_s` for (CascadeSettings.baseline_limit): at 900 s,
+# ~2.2k steps/s; 2 busy cores trained Seaquest-MinAtar (4 seeds x 1e6 steps) under 4.4k
+BASELINE_STEPS_PER_LIMIT = 2_000_000
 
 
 @dataclass
@@ -119,6 +123,25 @@ class CascadeSettings:
             unsafe_no_sandbox=self.unsafe_no_sandbox,
             compilation_cache=(str(compilation_cache_dir()) if self.compilation_cache else None),
         )
+
+    def baseline_limit(self, segments: Sequence[PlannedRun], seeds: int) -> float:
+        """Wall clock for one baseline trainer job over `segments` on `seeds` seeds: one
+        `timeout_s` (at least 10 minutes) per segment and per BASELINE_STEPS_PER_LIMIT env
+        steps of it. The baseline is the evaluator's own program, so its limit only stops a
+        hang, and it grows with the work: a validation round's baseline at minatar-cpu's scale
+        (Seaquest-MinAtar, 4 seeds x 1e6 steps) took over 900 s on 2 busy cores, and a flat
+        900 s left that race with no score.
+
+        Args:
+            segments: the job's planned segments (whole envs).
+            seeds: how many seeds each segment trains.
+
+        Returns:
+            Seconds.
+        """
+        unit = max(self.timeout_s, 600.0)
+        steps = [seeds * entry.config.total_timesteps for entry in segments]
+        return unit * sum(max(1.0, n / BASELINE_STEPS_PER_LIMIT) for n in steps)
 
     def job_settings(self) -> dict:
         """The settings as a JSON-ready dict (sent to the worker, which rebuilds them); the

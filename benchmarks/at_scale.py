@@ -10,14 +10,14 @@ re-measured on the test games on 16 fresh seeds against PPO-clip and LPO, and (w
 1. **search**: `metarl discover --protocol minatar-cpu` when the archive has no run, else
    `metarl resume RUN --budget B` (a killed or stopped slice continues exactly; `--max-time`
    is the run's total wall time). Selection sees train and validation games only.
-2. **test**: the run's incumbent (as `metarl show RUN` names it), LPO and PPO-clip as one
-   `metarl evaluate` batch per test game (the sandboxed cascade, full budget, no short run),
-   on `--test-seeds` seeds drawn fresh for the batch: the three share each game's seeds, and
-   PPO-clip *is* the baseline, so its per-seed scores are the normalisation's. One process per
-   game, so the two CPU cores both train. Per run (seed x game): (return - random) /
-   (PPO-clip's mean - random) on that game's seeds; then IQM with a stratified-bootstrap
-   interval and the probability of improvement over each reference (statistics.py, rliable's
-   estimators), and its verdict.
+2. **test**: the run's incumbent (as `metarl show RUN` names it, or `--candidate`), LPO and
+   PPO-clip as one `metarl evaluate` batch per test game (the sandboxed cascade, full budget,
+   that game alone), on `--test-seeds` seeds drawn fresh for the batch: the three share each
+   game's seeds, and PPO-clip *is* the baseline, so its per-seed scores are the
+   normalisation's. One process per game, so the two CPU cores both train. Per run (seed x
+   game): (return - random) / (PPO-clip's mean - random) on that game's seeds; then IQM with
+   a stratified-bootstrap interval and the probability of improvement over each reference
+   (statistics.py, rliable's estimators), and its verdict.
 3. **discogen** (optional): `metarl evaluate ID --harness discogen --test --set
    TOTAL_TIMESTEPS=...` for the incumbent and LPO (DiscoGen's own 8 seeds x 10 rates; its
    base is its PPO-clip loss), archived beside ours, so `metarl report RUN` shows it.
@@ -42,9 +42,8 @@ import numpy as np
 
 PROTOCOL = "minatar-cpu"
 SUITE = "discobench"  # the protocol's suite: DiscoGen's MinAtar games and config
-# each test game beside a training game: `metarl evaluate` scores a training env first, and two
-# batches of one training and one test game each keep both CPU cores busy
-GAME_PAIRS = (("Breakout-MinAtar", "Asterix-MinAtar"), ("Freeway-MinAtar", "SpaceInvaders-MinAtar"))
+# one `metarl evaluate` batch per test game, so both CPU cores train
+TEST_GAMES = ("Asterix-MinAtar", "SpaceInvaders-MinAtar")
 TIMESTEPS = 1_000_000  # the protocol's budget
 REFERENCES = ("lpo", "ppo_clip")  # the task's seed programs: LPO's drift and the baseline
 
@@ -97,16 +96,16 @@ def programs(archive_path: str, run_id: str, candidate: str | None) -> dict[str,
     }
 
 
-def evaluate_batch(envs: tuple[str, ...], files: list[Path], seeds: int, steps: int) -> list:
-    """One `metarl evaluate` batch of the programs on `envs`; the outcomes' JSON."""
+def evaluate_batch(game: str, files: list[Path], seeds: int, steps: int) -> list:
+    """One `metarl evaluate` batch of the programs on `game` alone; the outcomes' JSON."""
     command = metarl(
         "evaluate", *map(str, files), "--task", "drift", "--suite", SUITE,
-        "--envs", ",".join(envs), "--seeds", str(seeds), "--timesteps", str(steps),
+        "--envs", game, "--seeds", str(seeds), "--timesteps", str(steps),
         "--skip-short", "--no-validation", "--timeout", "7200", "--json",
     )  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode not in (0, 1):
-        raise SystemExit(f"{envs}: metarl evaluate failed: {done.stderr.strip()[-2000:]}")
+        raise SystemExit(f"{game}: metarl evaluate failed: {done.stderr.strip()[-2000:]}")
     return json.loads(done.stdout)
 
 
@@ -130,48 +129,36 @@ def test(args, chosen: dict[str, dict]) -> dict:
         files.append(folder / f"{name}.py")
         files[-1].write_text(program["code"])
     started = time.monotonic()
-    with ThreadPoolExecutor(len(GAME_PAIRS)) as pool:
+    with ThreadPoolExecutor(len(TEST_GAMES)) as pool:
         batches = list(
             pool.map(
-                lambda envs: evaluate_batch(envs, files, args.test_seeds, args.timesteps),
-                GAME_PAIRS,
+                lambda game: evaluate_batch(game, files, args.test_seeds, args.timesteps),
+                TEST_GAMES,
             )
         )
     result = {"seconds": time.monotonic() - started, "timesteps": args.timesteps, "games": {}}
-    for envs, batch in zip(GAME_PAIRS, batches):
+    for game, batch in zip(TEST_GAMES, batches):
         for name, outcome in zip(chosen, batch):
             if not outcome["passed"]:
-                raise SystemExit(f"{name} stopped on {envs}: {outcome['reason']}")
-            for game in envs:
-                result["games"].setdefault(game, {})[name] = per_seed_scores(outcome, game)
+                raise SystemExit(f"{name} stopped on {game}: {outcome['reason']}")
+            result["games"].setdefault(game, {})[name] = per_seed_scores(outcome, game)
     return result
 
 
-def games_of(result: dict, role: str) -> list[str]:
-    """The games of `role` ("train" or "test") in `result`, in order."""
-    first = REFERENCES[0]
-    return [g for g, scores in result["games"].items() if scores[first]["role"] == role]
-
-
 def summarise(result: dict, names) -> dict:
-    """Per role: IQM with interval per program, and P(incumbent > reference) with its interval
-    and verdict (the incumbent's, or LPO's against PPO-clip when the incumbent is a seed)."""
+    """IQM with interval per program, and P(incumbent > reference) with its interval and
+    verdict (LPO's against PPO-clip when the incumbent is a seed)."""
     from metarl.evaluation.statistics import iqm_interval, probability_of_improvement, verdict
 
-    summary = {}
-    for role in ("train", "test"):
-        games = games_of(result, role)
-        matrix = {
-            name: np.array([result["games"][g][name]["normalised"] for g in games]).T
-            for name in names
-        }
-        iqm = {name: list(iqm_interval(matrix[name])) for name in names}
-        poi = {}
-        challenger = "incumbent" if "incumbent" in matrix else REFERENCES[0]
-        for reference in (r for r in REFERENCES if r != challenger):
-            estimate = probability_of_improvement(matrix[challenger], matrix[reference])
-            poi[f"{challenger} vs {reference}"] = [*estimate, verdict(estimate)]
-        summary[role] = {"games": games, "iqm": iqm, "poi": poi}
+    games = list(result["games"])
+    matrix = {
+        name: np.array([result["games"][g][name]["normalised"] for g in games]).T for name in names
+    }
+    summary = {"iqm": {name: list(iqm_interval(matrix[name])) for name in names}, "poi": {}}
+    challenger = "incumbent" if "incumbent" in matrix else REFERENCES[0]
+    for reference in (r for r in REFERENCES if r != challenger):
+        estimate = probability_of_improvement(matrix[challenger], matrix[reference])
+        summary["poi"][f"{challenger} vs {reference}"] = [*estimate, verdict(estimate)]
     return summary
 
 
@@ -195,24 +182,20 @@ def print_tables(chosen, result, summary) -> None:
     seeds = len(next(iter(result["games"].values()))[REFERENCES[0]]["seeds"])
     where = f"{platform.node()}, {result['seconds']:.0f} s"
     budget = f"{result['timesteps']:.0e} steps"
-    print(f"\n{seeds} fresh seeds per game, {budget} ({where}); IQM of per-seed scores:\n")
+    print(f"\nTest games, {seeds} fresh seeds per game, {budget} ({where}):\n")
     games = list(result["games"])
-    columns = " | ".join(f"{g} ({result['games'][g][REFERENCES[0]]['role']})" for g in games)
-    print(f"| program | id | {columns} | train IQM [95% CI] | test IQM [95% CI] |")
-    print("|---|---|" + "---:|" * len(games) + "---|---|")
+    columns = " | ".join(f"{g} mean return" for g in games)
+    print(f"| program | id | {columns} | IQM, PPO-clip = 1 [95% CI] |")
+    print("|---|---|" + "---:|" * len(games) + "---|")
     for name, program in chosen.items():
         means = [float(np.mean(result["games"][g][name]["returns"])) for g in games]
         cells = " | ".join(f"{m:.2f}" for m in means)
-        iqms = " | ".join(
-            "{:.2f} [{:.2f}, {:.2f}]".format(*summary[role]["iqm"][name])
-            for role in ("train", "test")
-        )
+        iqm = "{:.2f} [{:.2f}, {:.2f}]".format(*summary["iqm"][name])
         label = program["name"] if program["name"] == name else f"{program['name']} ({name})"
-        print(f"| {label} | {program['id']} | {cells} | {iqms} |")
-    print("\n| games | comparison | P(improvement) [95% CI] | verdict |\n|---|---|---|---|")
-    for role in ("train", "test"):
-        for pair, (point, low, high, word) in summary[role]["poi"].items():
-            print(f"| {role} | {pair} | {point:.2f} [{low:.2f}, {high:.2f}] | {word} |")
+        print(f"| {label} | {program['id']} | {cells} | {iqm} |")
+    print("\n| comparison | P(improvement) [95% CI] | verdict |\n|---|---|---|")
+    for pair, (point, low, high, word) in summary["poi"].items():
+        print(f"| {pair} | {point:.2f} [{low:.2f}, {high:.2f}] | {word} |")
 
 
 def number(value: float | None) -> str:

@@ -174,3 +174,17 @@ def test_envs_scores_only_the_listed_environments_of_the_suite():
     assert result.exit_code == 0, result.output
     scored = {row["env"] for row in json.loads(result.stdout)["env_scores"]}
     assert scored == {"CartPole-v1"}
+
+
+def test_envs_without_a_training_env_re_measure_those_alone():
+    """Only validation or test envs listed: they are scored on fresh seeds and nothing is
+    trained on the training envs (benchmarks/at_scale.py re-measures the test games so)."""
+    path = str(get_task("drift").seed_program("ppo_clip").path)
+    tiny = [a if a != "smoke" else "classic" for a in TINY]
+    result = invoke("evaluate", path, "--task", "drift", "--json", "--envs", "Catch-bsuite", *tiny)
+    assert result.exit_code == 0, result.output
+    outcome = json.loads(result.stdout)
+    assert [(row["env"], row["role"]) for row in outcome["env_scores"]] == [
+        ("Catch-bsuite", "validation")
+    ]
+    assert outcome["fitness"] is None and outcome["validation"] == 1.0

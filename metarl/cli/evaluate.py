@@ -74,8 +74,9 @@ EnvsOption = Annotated[
     typer.Option(
         "--envs",
         help="Only these environments of the suite, comma-separated (training envs in this "
-        "order; validation and test envs only when listed), e.g. Breakout-MinAtar: one game "
-        "compared across harnesses or settings. Not for selection.",
+        "order; validation and test envs only when listed; only those listed: they alone), "
+        "e.g. Breakout-MinAtar: one game compared across harnesses or settings. Not for "
+        "selection.",
     ),
 ]
 SeedsOption = Annotated[
@@ -323,10 +324,13 @@ def _settings(
         validate_rates(limits.lr_sweep, limits.lr_aggregation)
     except ValueError as error:
         raise UserError(str(error)) from None
+    # only validation or test envs listed: score those alone (a re-measurement on fresh seeds)
+    train = env_list is None or any(e in get_suite(suite).envs for e in env_list)
     return replace(
         limits,
         suite=suite,
         envs=env_list,
+        train=train,
         seeds=len(pinned) if pinned else seeds or get_suite(suite).default_seeds,
         seed_values=pinned,
         total_timesteps=timesteps,

@@ -293,3 +293,21 @@ def test_reader_process_during_writes(tmp_path):
     assert proc.returncode == 0, err
     assert store.integrity_check() == "ok"
     store.close()
+
+
+def test_an_incumbent_that_children_outscored_on_train_says_no_race_crowned_them(archive):
+    """A run whose races left the seed in place (lost, or void: a race round that scored
+    nothing) must not say that no child scored above it."""
+    from metarl.archives.incumbents import run_incumbent
+
+    run = archive.create_run(
+        task="drift", suite="smoke", proposer="mutation", config={"confirm": True}, state={}
+    )
+    for seq, fitness in ((0, 2.0), (1, 2.5), (2, 1.5)):
+        archive.record_candidate(_row(run, seq, is_seed=int(seq == 0)), _outcome(fitness))
+    archive.update_run(run, best_id=f"{run}-0")
+    incumbent = run_incumbent(archive, run)
+    assert (incumbent.id, incumbent.outscored) == (f"{run}-0", 1)
+    assert incumbent.why().startswith("1 candidate scored above it on train, but no validation")
+    archive.update_run(run, best_id=f"{run}-1")
+    assert "no child scored above it" in run_incumbent(archive, run).why()

@@ -40,6 +40,9 @@ class RunIncumbent:
     validation: float | None  # its validation score (raced candidates only)
     validation_ci: list[float] | None
     decided_by: str  # RACED | BEST_TRAIN | UNRECORDED_BEST
+    # the run's passed candidates scored above it (train, or confirmed): challengers its
+    # races have not crowned
+    outscored: int = 0
 
     @property
     def validated(self) -> bool:
@@ -53,6 +56,12 @@ class RunIncumbent:
                 return (
                     "validated: it won or held its validation races on fresh seeds (train "
                     "scores only nominate challengers)"
+                )
+            if self.outscored:
+                return (
+                    f"{_plural(self.outscored, 'candidate', 'candidates')} scored above it on "
+                    "train, but no validation race has crowned one (each lost, or has not "
+                    "finished)"
                 )
             return "best train score; no child scored above it, so none raced it on validation"
         if self.decided_by == UNRECORDED_BEST:
@@ -117,17 +126,24 @@ def run_incumbent(archive: Archive, run_id: str) -> RunIncumbent | None:
     except ArchiveError:  # a recorded id whose row is gone: say what the run recorded
         row = {"id": cid}
     confirmed, fitness = row.get("confirmed_fitness"), row.get("fitness")
+    score = confirmed if confirmed is not None else fitness
+    above = archive.query(
+        "SELECT count(*) AS n FROM candidates WHERE run_id = ? AND status = 'passed' AND id != ? "
+        "AND coalesce(confirmed_fitness, fitness) > ?",
+        (run_id, cid, score),
+    )
     return RunIncumbent(
         id=cid,
         run_id=run_id,
         name=row.get("name") or "",
         seq=row.get("seq") or 0,
         is_seed=bool(row.get("is_seed")),
-        score=confirmed if confirmed is not None else fitness,
+        score=score,
         score_kind="confirmed" if confirmed is not None else "train",
         validation=row.get("validation"),
         validation_ci=interval(row, "validation"),
         decided_by=_decided_by(run) if run.get("best_id") else UNRECORDED_BEST,
+        outscored=above[0]["n"] if score is not None else 0,
     )
 
 

@@ -22,6 +22,7 @@ from llm_server import ScriptedLLMServer
 from metarl.archives import Archive
 from metarl.archives.incumbents import run_summary
 from metarl.archives.queries import leaderboard
+from metarl.cli.board import fate_text
 from metarl.cli.console import console
 from metarl.cli.progress import print_run_report
 from metarl.discovery.config import ConfigError, DiscoverConfig
@@ -36,6 +37,7 @@ from metarl.discovery.novelty import (
 from metarl.discovery.proposers.base import ParentInfo, Proposal, ProposalRequest
 from metarl.discovery.proposers.llm import build_llm_proposer
 from metarl.discovery.proposers.mutation import MutationProposer
+from metarl.discovery.records import candidate_event
 from metarl.evaluation.cascade import CascadeSettings, Evaluator
 from metarl.evaluation.near_duplicates import (
     BEHAVIOUR_SIZE,
@@ -394,6 +396,9 @@ def test_a_code_near_duplicate_is_re_asked_with_the_reason_and_never_evaluated(t
         assert kept["status"] == "passed" and kept["code"] == novel(5)
         assert settled["status"] == "duplicate" and settled["stage"] == "dedup"
         assert settled["duplicate_of"] == PPO_ID and settled["code"] == copies[2]
+        # the live display's line names the candidate it repeats (it said "duplicate of ?")
+        event = candidate_event(settled, {})
+        assert fate_text(event).plain == f"duplicate of {PPO_ID}"
         assert settled["reason"] == (
             f"nearly the same program as candidate {PPO_ID}: similarity 1.000 after "
             "normalisation (names, comments and layout aside; near-duplicates are at least "

@@ -201,6 +201,7 @@ def candidate_event(row: dict, progress: dict) -> dict:
         "status": row["status"],
         "stage": row["stage"],
         "reason": row["reason"],
+        "duplicate_of": row["duplicate_of"],
         "fitness": row["fitness"],
         "eval_s": row["eval_s"],
         "is_seed": bool(row["is_seed"]),

@@ -8,8 +8,8 @@ re-measured on the test games on 16 fresh seeds against PPO-clip and LPO, and (w
     python benchmarks/at_scale.py --archive runs/at-scale.db --skip-search --discogen
 
 1. **search**: `metarl discover --protocol minatar-cpu` when the archive has no run, else
-   `metarl resume RUN --budget B` (a killed or stopped slice continues exactly; `--max-time`
-   is the run's total wall time). Selection sees train and validation games only.
+   `metarl discover --resume RUN --budget B` (a killed or stopped slice continues exactly;
+   `--max-time` is the run's total wall time). Selection sees train and validation games only.
 2. **test**: the run's incumbent (as `metarl show RUN` names it, or `--candidate`), LPO and
    PPO-clip as one `metarl evaluate` batch per test game (the sandboxed cascade, full budget,
    that game alone), on `--test-seeds` seeds drawn fresh for the batch: the three share each
@@ -59,12 +59,14 @@ def search(args) -> str:
 
     latest = Archive(args.archive).latest_run() if Path(args.archive).exists() else None
     common = ["--archive", args.archive, "--budget", str(args.budget), "--no-live"]
-    common += ["--trainers", str(args.trainers)]
+    # a stage may take an hour: a validation round of Seaquest is ~2,000 s on 2 busy cores (the
+    # protocol's own since 51974da; given here too for runs started before it)
+    common += ["--trainers", str(args.trainers), "--timeout", "3600"]
     common += ["--max-time", args.max_time] if args.max_time else []
     if latest is None:
         command = metarl("discover", "--protocol", PROTOCOL, "--rng-seed", str(args.rng_seed))
     else:
-        command = metarl("resume", latest["id"])
+        command = metarl("discover", "--resume", latest["id"])
     started = time.monotonic()
     subprocess.run(command + common, check=False)
     print(f"search slice: {time.monotonic() - started:.0f} s")

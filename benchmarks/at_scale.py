@@ -89,9 +89,9 @@ def programs(archive_path: str, run_id: str, candidate: str | None) -> dict[str,
     rows = {row["name"]: row for row in archive.run_candidates(run_id) if row["is_seed"]}
     chosen = {name: rows[name] for name in REFERENCES}
     if incumbent["is_seed"]:  # no child held its races: the references are the whole table
-        print(f"the incumbent of {run_id} is its seed program {incumbent['name']}")
-    else:
-        chosen = {"incumbent": incumbent, **chosen}
+        print(f"{incumbent['id']} is the seed program {incumbent['name']}")
+    else:  # the run's incumbent, or the candidate asked for (say, the best by train score)
+        chosen = {"candidate" if candidate else "incumbent": incumbent, **chosen}
     return {
         name: {"id": row["id"], "name": row["name"], "code": row["code"]}
         for name, row in chosen.items()
@@ -148,8 +148,8 @@ def test(args, chosen: dict[str, dict]) -> dict:
 
 
 def summarise(result: dict, names) -> dict:
-    """IQM with interval per program, and P(incumbent > reference) with its interval and
-    verdict (LPO's against PPO-clip when the incumbent is a seed)."""
+    """IQM with interval per program, and P(program > reference) with its interval and verdict
+    for the incumbent (or candidate) against each reference and for LPO against PPO-clip."""
     from metarl.evaluation.statistics import iqm_interval, probability_of_improvement, verdict
 
     games = list(result["games"])
@@ -157,8 +157,11 @@ def summarise(result: dict, names) -> dict:
         name: np.array([result["games"][g][name]["normalised"] for g in games]).T for name in names
     }
     summary = {"iqm": {name: list(iqm_interval(matrix[name])) for name in names}, "poi": {}}
-    challenger = "incumbent" if "incumbent" in matrix else REFERENCES[0]
-    for reference in (r for r in REFERENCES if r != challenger):
+    pairs = [
+        (name, reference) for name in names if name not in REFERENCES for reference in REFERENCES
+    ]
+    pairs.append(REFERENCES)  # LPO against PPO-clip: what the best warm start is worth here
+    for challenger, reference in pairs:
         estimate = probability_of_improvement(matrix[challenger], matrix[reference])
         summary["poi"][f"{challenger} vs {reference}"] = [*estimate, verdict(estimate)]
     return summary
@@ -249,7 +252,8 @@ def main() -> None:
     record.update({"run": run_id, "programs": chosen, "machine": platform.node()})
     if not args.skip_test:
         record["test"] = test(args, chosen)
-        record["summary"] = summarise(record["test"], chosen)
+    if "test" in record:
+        record["summary"] = summarise(record["test"], list(record["test"]["games"].values())[0])
     if args.discogen:
         record["discogen"] = discogen(args, chosen)
     out.write_text(json.dumps(record, indent=1))

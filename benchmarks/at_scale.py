@@ -124,7 +124,7 @@ def per_seed_scores(outcome: dict, game: str) -> dict:
 
 
 def test(args, chosen: dict[str, dict]) -> dict:
-    """Step 2: the programs on fresh seeds, on each (training game, test game) pair."""
+    """Step 2: the programs on fresh seeds, one batch per test game."""
     folder = Path(tempfile.mkdtemp(prefix="at-scale-"))
     files = []
     for name, program in chosen.items():
@@ -168,9 +168,10 @@ def summarise(result: dict, names) -> dict:
 
 
 def discogen(args, chosen: dict[str, dict]) -> dict:
-    """Step 3: the incumbent and LPO in DiscoGen's harness, test side, the same budget."""
+    """Step 3: the incumbent (or candidate) and LPO in DiscoGen's harness, test side, the same
+    budget (PPO-clip is DiscoGen's base, scored with every program)."""
     scores = {}
-    for name in (n for n in ("incumbent", "lpo") if n in chosen):
+    for name in (n for n in chosen if n != "ppo_clip"):
         command = metarl(
             "evaluate", chosen[name]["id"], "--harness", "discogen", "--test", "--archive",
             args.archive, "--set", f"TOTAL_TIMESTEPS={args.timesteps}", "--timeout", "36000",

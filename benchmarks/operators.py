@@ -1,12 +1,14 @@
 """Does the offline proposer leave its seeds' neighbourhood? Proposals until a child beats the
-best seed on validation, with and without the `family` operator (issue 39).
+best seed on validation, with and without the operators that jump out of it (issue 39).
 
-For each run seed, two discovery runs with the offline mutation proposer on the same protocol:
-**edits** (constant, function, operator, insert, delete, crossover: the seeds' neighbourhood)
-and **families** (the same, plus whole members of the task's parametric families,
-tasks/families.py). Each run counts its proposals until the first child that wins its
-validation race against the best seed and holds past the budget (`--stability`, races.py):
-the incumbent changes. A run that spends `--budget` proposals without one says "none".
+For each run seed, discovery runs with the offline mutation proposer on the same protocol, one
+per arm: **edits** (constant, function, operator, insert, delete, crossover: the seeds'
+neighbourhood), **families** (the same, plus whole members of the task's parametric families,
+tasks/families.py) and **terms** (edits, families, and the task's building blocks swapped and
+added, tasks/building_blocks.py: the `term` operator). Each run counts its proposals until the
+first child that wins its validation race against the best seed and holds past the budget
+(`--stability`, races.py): the incumbent changes. A run that spends `--budget` proposals
+without one says "none".
 
     python benchmarks/operators.py --protocol minatar-cpu --budget 40 --rng-seeds 0 1 2
     python benchmarks/operators.py --suite smoke --budget 8 --rng-seeds 0    # minutes: a look
@@ -24,7 +26,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ARMS = ("edits", "families")
+ARMS = ("edits", "families", "terms")
+# the operators each arm leaves out of the proposer's default weights
+LEFT_OUT = {"edits": ("family", "term"), "families": ("term",), "terms": ()}
 
 
 def run_arm(arm: str, args, rng_seed: int, folder: Path) -> dict:
@@ -34,9 +38,7 @@ def run_arm(arm: str, args, rng_seed: int, folder: Path) -> dict:
     from metarl.discovery.loop import DiscoveryLoop
     from metarl.discovery.proposers.mutation import DEFAULT_WEIGHTS, MutationProposer
 
-    weights = dict(DEFAULT_WEIGHTS)
-    if arm == "edits":
-        weights.pop("family")
+    weights = {op: w for op, w in DEFAULT_WEIGHTS.items() if op not in LEFT_OUT[arm]}
     options = dict(budget=args.budget, rng_seed=rng_seed, max_time=None, protocol=args.protocol)
     if args.suite:
         options["suite"] = args.suite
@@ -65,6 +67,7 @@ def run_arm(arm: str, args, rng_seed: int, folder: Path) -> dict:
         status=result.status,
         children=children,
         families=sum(n for op, n in counts.items() if op.startswith("family")),
+        terms=sum(n for op, n in counts.items() if "term" in op.split("+")),
         archive=str(path),
     )
     return found
@@ -77,12 +80,13 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=24)
     parser.add_argument("--rng-seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--folder", default=None)
+    parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
     args = parser.parse_args()
     folder = Path(args.folder or tempfile.mkdtemp(prefix="metarl-operators-"))
     folder.mkdir(parents=True, exist_ok=True)
     rows = []
     for rng_seed in args.rng_seeds:
-        for arm in ARMS:
+        for arm in args.arms:
             print(f"run seed {rng_seed}, {arm} ...", flush=True)
             rows.append((rng_seed, arm, run_arm(arm, args, rng_seed, folder)))
     where = f"suite {args.suite}, " if args.suite else ""
@@ -91,15 +95,16 @@ def main() -> None:
         f"({platform.node()}, archives in {folder})\n"
     )
     print(
-        "| run seed | operators | children | of them family draws | races decided | "
+        "| run seed | operators | children | family draws | term edits | races decided | "
         "refused past the budget | first new incumbent at child | wall |"
     )
-    print("|---:|---|---:|---:|---:|---:|---|---:|")
+    print("|---:|---|---:|---:|---:|---:|---:|---|---:|")
     for rng_seed, arm, found in rows:
         at = f"{found['at']} ({found['id']})" if found["at"] else "none"
         print(
             f"| {rng_seed} | {arm} | {found['children']} | {found['families']} | "
-            f"{found['races']} | {found['refused']} | {at} | {found['wall_s'] / 60:.1f} min |"
+            f"{found['terms']} | {found['races']} | {found['refused']} | {at} | "
+            f"{found['wall_s'] / 60:.1f} min |"
         )
 
 

@@ -82,6 +82,7 @@ def test_all_operators_are_used():
         "delete",
         "crossover",
         "family",
+        "term",
     }
 
 
@@ -182,3 +183,21 @@ def test_probe_validity_rate_drift():
 @pytest.mark.long  # ~160 s in .ci/run on 2 cores; the drift task's rate stays in the fast tier
 def test_probe_validity_rate_optimizer():
     assert _probe_validity("optimizer", 100) >= 0.5
+
+
+def test_a_failed_crossover_falls_back_to_an_edit_never_to_a_family_draw():
+    """A donor with nothing to transplant (its body is names only): the proposer edits the
+    first parent instead, with an operator that edits (a `family` draw would replace the
+    parent, and the editor has no such edit)."""
+    task = get_task("drift")
+    donor = ParentInfo(id="d", code="def drift(ratio, advantage, epsilon):\n    return ratio\n")
+    seen = Counter()
+    for seed in range(40):
+        parents = [*_parents(task, ["ppo_clip"]), donor]
+        proposal = MutationProposer().propose(
+            ProposalRequest(task=task, parents=parents, rng_seed=seed)
+        )
+        assert proposal.code is not None, proposal.failure
+        assert proposal.parent_ids == ["ppo_clip"]
+        seen[proposal.operator.split("+")[0]] += 1
+    assert "family" not in seen and "crossover" not in seen and len(seen) >= 4

@@ -18,6 +18,7 @@ import numpy as np
 from metarl.rl.components import SLOT_NAMES, Components
 from metarl.rl.meta.names import METHOD_SLOTS
 from metarl.rl.verifier.artifact import ElementSignature
+from metarl.tasks.building_blocks import BuildingBlocks
 from metarl.tasks.probing import ProbeReport
 
 TASKS_ROOT = Path(__file__).resolve().parent
@@ -60,6 +61,9 @@ class Task:
     # parametric program families (tasks/families.py): regions of the program space the
     # offline proposer may jump to (its `family` operator)
     families: tuple = ()
+    # the terms its programs are built from (tasks/building_blocks.py): the offline proposer's
+    # `term` operator swaps them and adds them to the output
+    building_blocks: BuildingBlocks | None = None
 
     def __post_init__(self):
         if self.slot not in SLOT_NAMES:

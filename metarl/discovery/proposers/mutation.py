@@ -17,6 +17,11 @@ Operators (each returns a new program or gives up, and the proposer then tries a
   asymmetric clip, DPO's alpha and beta, a KL penalty, Lion's betas...) at random parameters,
   in place of an edit of the parent: a jump out of the seeds' neighbourhood that keeps the
   contract. Only for tasks that declare families.
+- `term`: one of the task's building blocks (tasks/building_blocks.py: log r, r - 1, A for a
+  drift, the symbolic layer's inputs; the gradient, momenta and progress for an optimizer)
+  swapped for another of its group where the program uses one, or added to the program's output
+  times a coefficient (a KL penalty, weight decay...), terms chosen to keep the contract. Only
+  for tasks that declare building blocks.
 
 The proposer never executes code (the parent process must not): validity comes from editing
 only value positions of the tree, keeping booleans boolean and indices intact; the cascade's
@@ -49,7 +54,9 @@ from metarl.discovery.proposers.syntax_tree import (
     signed_constant,
     source_line,
 )
+from metarl.discovery.proposers.terms import add_term, swap_term
 from metarl.evaluation.outcome import Outcome
+from metarl.tasks.building_blocks import BuildingBlocks, signature_arguments
 from metarl.tasks.candidate import normalise_source, source_hash
 
 # Elementwise unary functions, by family: name -> the module path it is written with.
@@ -84,12 +91,13 @@ COMPARE = [ast.Lt, ast.LtE, ast.Gt, ast.GtE]
 ROUND_VALUES = [0.0, 0.1, 0.2, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0]
 
 DEFAULT_WEIGHTS = {
-    "constant": 0.30,
-    "function": 0.20,
-    "operator": 0.15,
+    "constant": 0.25,
+    "function": 0.17,
+    "operator": 0.13,
     "insert": 0.17,
     "delete": 0.08,
     "family": 0.10,
+    "term": 0.10,
 }
 
 
@@ -104,13 +112,31 @@ def _call(path: str, *args: ast.expr) -> ast.Call:
 
 
 class Editor:
-    """Applies one operator to a parsed program; records a one-line description."""
+    """Applies one operator to a parsed program; records a one-line description.
 
-    def __init__(self, tree: ast.Module, function_name: str, rng: random.Random, source: str):
+    Args:
+        tree: the parsed program (edited in place).
+        function_name: the task's function, the one edited.
+        rng: the request's generator.
+        source: the program's text (descriptions quote its lines).
+        blocks: the task's building blocks (the `term` operator), with `arguments`, the
+            contract's argument names they are written with.
+    """
+
+    def __init__(
+        self,
+        tree: ast.Module,
+        function_name: str,
+        rng: random.Random,
+        source: str,
+        blocks: BuildingBlocks | None = None,
+        arguments: tuple[str, ...] = (),
+    ):
         self.tree = tree
         self.fn = find_function(tree, function_name)
         self.rng = rng
         self.lines = source.splitlines()
+        self.blocks, self.arguments = blocks, arguments
         self.description = ""
 
     def value_sites(self) -> list[Site]:
@@ -316,6 +342,22 @@ class Editor:
         site.replace(kept)
         self.description = f"delete: `{old_text}` -> `{ast.unparse(kept)}`"
 
+    # term ---------------------------------------------------------------------------------
+    def term(self) -> None:
+        """Swap one of the task's building blocks for another of its group, or (when the
+        program uses none, or half the time) add one to the output."""
+        if self.blocks is None:
+            raise MutationFailed("the task declares no building blocks")
+        if self.blocks.swaps and self.rng.random() < 0.5:
+            try:
+                self.description = swap_term(
+                    self.fn, self.blocks, self.arguments, self.rng, self.lines
+                )
+                return
+            except MutationFailed:
+                pass
+        self.description = add_term(self.fn, self.blocks, self.arguments, self.rng)
+
     # crossover ----------------------------------------------------------------------------
     def crossover(self, donor_source: str, function_name: str, donor_name: str) -> None:
         donor_fn = find_function(ast.parse(donor_source), function_name)
@@ -379,6 +421,9 @@ class MutationProposer:
         function_name = request.task.function_name
         parent_norm = normalise_source(parent.code)
         forbidden = {parent_norm} | {normalise_source(p.code) for p in request.parents[1:]}
+        blocks = request.task.building_blocks
+        arguments = signature_arguments(request.task.signature)
+        excluded = set() if blocks else {"term"}  # operators this task cannot use
         errors = []
         for _ in range(self.max_tries):
             try:
@@ -391,18 +436,18 @@ class MutationProposer:
                     failure=f"the parent does not parse: {error}",
                 )
             try:
-                editor = Editor(tree, function_name, rng, parent.code)
+                editor = Editor(tree, function_name, rng, parent.code, blocks, arguments)
                 descriptions = []
                 root = _root_name(parent.name)
                 families = request.task.families
                 operator = None
                 if len(request.parents) < 2 and families:
-                    operator = self._pick(rng)
+                    operator = self._pick(rng, excluded)
                 if operator == "family":
                     family = rng.choice(families)
                     source, values = family.draw(rng)
                     tree = ast.parse(source)
-                    editor = Editor(tree, function_name, rng, source)
+                    editor = Editor(tree, function_name, rng, source, blocks, arguments)
                     editor.description = f"family {family.describe(values)}: {family.reference}"
                     root = family.name
                 elif operator is not None:
@@ -413,14 +458,14 @@ class MutationProposer:
                         editor.crossover(donor.code, function_name, donor.name or donor.id)
                         operator = "crossover"
                     except MutationFailed:
-                        operator = self._pick(rng)
+                        operator = self._pick(rng, excluded | {"family"})
                         getattr(editor, operator)()
                 else:
-                    operator = self._pick(rng, edits_only=True)
+                    operator = self._pick(rng, excluded | {"family"})
                     getattr(editor, operator)()
                 descriptions.append(editor.description)
                 if operator != "crossover" and rng.random() < self.chain_probability:
-                    second = self._pick(rng, edits_only=True)
+                    second = self._pick(rng, excluded | {"family"})
                     try:
                         getattr(editor, second)()
                         descriptions.append(editor.description)
@@ -455,10 +500,10 @@ class MutationProposer:
             failure=f"no valid edit after {self.max_tries} tries ({'; '.join(reasons)})",
         )
 
-    def _pick(self, rng: random.Random, edits_only: bool = False) -> str:
-        """An operator by weight; `edits_only`: one that edits the program in hand (not
-        `family`, which replaces it)."""
-        names = [n for n in self.weights if not (edits_only and n == "family")]
+    def _pick(self, rng: random.Random, excluded: set[str]) -> str:
+        """An operator by weight, other than the `excluded` ones (`family` where the program in
+        hand is edited, not replaced; `term` for a task without building blocks)."""
+        names = [n for n in self.weights if n not in excluded]
         if not names:
             raise MutationFailed("no edit operator has a weight")
         return rng.choices(names, [self.weights[n] for n in names])[0]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from metarl.tasks.base import Task
 from metarl.tasks.drift.families import FAMILIES
 from metarl.tasks.drift.probes import fingerprint_inputs, probes
+from metarl.tasks.drift.terms import BLOCKS
 from metarl.tasks.elementwise import elementwise_plumbing
 from metarl.tasks.vocabulary import AVAILABLE
 
@@ -67,4 +68,5 @@ TASK = Task(
     **PLUMBING._asdict(),
     distillable=True,
     families=FAMILIES,
+    building_blocks=BLOCKS,
 )

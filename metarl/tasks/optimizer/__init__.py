@@ -12,6 +12,7 @@ from metarl.tasks.base import Task
 from metarl.tasks.optimizer.families import FAMILIES
 from metarl.tasks.optimizer.plug import MOMENTUM_DECAYS, NUM_STATE_SLOTS, rule_optimizer
 from metarl.tasks.optimizer.probes import fingerprint_inputs, probes
+from metarl.tasks.optimizer.terms import BLOCKS
 from metarl.tasks.vocabulary import AVAILABLE
 
 CONTRACT = f"""\
@@ -122,4 +123,5 @@ TASK = Task(
     per_element=per_element,
     assemble=assemble,
     families=FAMILIES,
+    building_blocks=BLOCKS,
 )

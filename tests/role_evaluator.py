@@ -31,7 +31,9 @@ class RoleEvaluator:
     past `budget`, as a stability check trains them: a number, or env -> number for some envs;
     default the same); test returns come from
     `test_return(source, env, seed)`. Each batch is logged as (roles, programs, seeds), a run
-    past `budget` with its roles labelled "ROLE@STEPS"."""
+    past `budget` with its roles labelled "ROLE@STEPS". `void`, a one-item list shared by the
+    run's evaluators, counts the validation batches still to fail with an evaluator fault (as
+    a baseline that times out): each such batch decrements it."""
 
     def __init__(
         self,
@@ -43,6 +45,7 @@ class RoleEvaluator:
         behaviour=None,
         long_gain=None,
         budget=8192,
+        void=None,
     ):
         self.settings, self.log = settings, log
         self.validation_gain, self.noise = validation_gain, noise
@@ -53,6 +56,7 @@ class RoleEvaluator:
         # what a program's returns on a role depend on, `behaviour(source, role)` (default:
         # its source); programs it maps to one value train identically there, as copies do
         self.behaviour = behaviour or (lambda source, role: source)
+        self.void = void if void is not None else [0]
 
     def value(self, source: str, role: str, env: str, seed: int) -> float:
         child = source not in SEEDS
@@ -79,6 +83,10 @@ class RoleEvaluator:
         steps = int(settings.total_timesteps or 0)
         roles = tuple(f"{p.role}@{steps}" if self.long else p.role for p in runs)
         self.log.append((roles, len(sources), tuple(seeds)))
+        if self.void[0] > 0 and any(role.startswith("validation") for role in roles):
+            self.void[0] -= 1
+            reason = "the baseline could not be trained: timed out"
+            return [Outcome.evaluator_fault(reason, stage="full") for _ in sources]
         out = []
         for source in sources:
             scores = []

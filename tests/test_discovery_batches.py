@@ -218,3 +218,10 @@ def test_the_races_held_are_kept_in_the_state_so_a_resumed_race_keeps_its_number
     restored = RunState.restore(json.loads(json.dumps(state.to_dict())))
     assert restored.races == ["r1-7", "r1-12"]
     assert "races" not in RunState().to_dict()  # a run without races keeps its stored format
+
+
+def test_contests_an_evaluator_fault_stopped_are_kept_in_the_state():
+    voided = {"r1-6": {"incumbent": "r1-1", "attempts": 1}}
+    restored = RunState.restore(json.loads(json.dumps(RunState(voided=voided).to_dict())))
+    assert restored.voided == voided
+    assert "voided" not in RunState().to_dict()  # a run without one keeps its stored format

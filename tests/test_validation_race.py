@@ -294,3 +294,75 @@ def test_stability_must_be_a_multiple_above_one(role_suites):
         config(stability=0.5).resolved()
     assert config().resolved().stability == 5.0  # the quick protocol's
     assert config(stability=0).resolved().stability == 0.0
+
+
+def test_a_race_an_evaluator_fault_stopped_is_run_again_after_the_next_generation(
+    tmp_path, role_suites
+):
+    """The first validation round fails with an evaluator fault (as minatar-cpu's Seaquest
+    baseline timed out): no verdict, so the challenger is raced again after generation 2,
+    first, and wins there (it is clearly better on validation); generation 2's child then
+    races the new incumbent."""
+    void = [1]
+    _, rows, events, log = run(tmp_path / "a.db", config(), validation_gain=1.0, void=void)
+    assert void == [0]
+    faults = [
+        d["text"] for kind, d in events if kind == "status" and "evaluator fault" in d["text"]
+    ]
+    assert len(faults) == 1 and "races again after the next generation" in faults[0]
+    challenger = faults[0].split("'")[0]
+    races = [d for kind, d in events if kind == "confirm"]
+    assert races[0]["id"] == challenger and races[0]["verdict"] == "better"
+    generation = {r["id"]: r["generation"] for r in rows}
+    assert generation[challenger] == 1
+    incumbents = [d["incumbent"] for kind, d in events if kind == "generation"]
+    assert incumbents[0] != challenger  # generation 1 kept the seed
+    # crowned after generation 2, before that generation's own child raced it
+    assert races[1]["incumbent"] == challenger and generation[races[1]["id"]] == 2
+
+
+def test_a_fault_that_persists_stops_retrying_after_the_attempts(tmp_path, role_suites):
+    """Every validation round fails: the generation-1 challenger is attempted twice
+    (CONTEST_ATTEMPTS), then left; the seed stays the incumbent and the run finishes."""
+    from metarl.discovery.races import CONTEST_ATTEMPTS
+
+    result, _, events, _ = run(
+        tmp_path / "a.db", config(budget=9), validation_gain=1.0, void=[10**6]
+    )
+    assert result.status == "finished"
+    faults = [
+        d["text"] for kind, d in events if kind == "status" and "evaluator fault" in d["text"]
+    ]
+    first = faults[0].split("'")[0]
+    attempts = [text for text in faults if text.startswith(f"{first}'")]
+    assert len(attempts) == CONTEST_ATTEMPTS and "not raced again" in attempts[-1]
+    assert not [d for kind, d in events if kind == "confirm"]  # no round ever scored
+    with Archive(tmp_path / "a.db", must_exist=True) as archive:
+        state = archive.get_run(result.run_id)["state"]
+    assert state["voided"][first]["attempts"] == CONTEST_ATTEMPTS
+
+
+def test_a_voided_race_is_retried_by_a_resumed_run(tmp_path, role_suites):
+    """A run that ends right after the voided race keeps it in its state; resumed with more
+    budget, it races that challenger again after its next generation."""
+    cfg = config(budget=3)
+    void = [1]
+    result, _, events, _ = run(tmp_path / "a.db", cfg, validation_gain=1.0, void=void)
+    faults = [
+        d["text"] for kind, d in events if kind == "status" and "evaluator fault" in d["text"]
+    ]
+    challenger = faults[0].split("'")[0]
+    log, again = [], []
+    with Archive(tmp_path / "a.db") as archive:
+        DiscoveryLoop(
+            archive,
+            cfg.__class__(**{**cfg.to_dict(), "budget": 6}),
+            MutationProposer(),
+            resume=result.run_id,
+            on_event=lambda kind, data: again.append((kind, data)),
+            evaluator_factory=lambda settings, workers: RoleEvaluator(
+                settings, log, validation_gain=1.0, void=void
+            ),
+        ).run()
+    races = [d for kind, d in again if kind == "confirm"]
+    assert races[0]["id"] == challenger and races[0]["verdict"] == "better"

@@ -400,7 +400,8 @@ class DiscoveryLoop:
         times the budget (races.py). Test scores are not read here,
         nor anywhere in selection: this method sees candidate ids and their training and
         validation scores only. Without `confirm`, the best training score wins (the
-        unraced selection, kept for comparison: benchmarks/generalisation.py).
+        unraced selection, kept for comparison: benchmarks/generalisation.py). A contest an
+        evaluator fault stopped is attempted again first (races.py `retries`).
         """
         if not incumbent:
             return incumbent
@@ -411,6 +412,12 @@ class DiscoveryLoop:
                 if self._score(child["id"]) > self._score(incumbent):
                     incumbent = child["id"]
             return incumbent
+        for cid in self.races.retries(incumbent):  # contests an evaluator fault stopped
+            self.book.check_time()
+            if self.races.contest(incumbent, cid):
+                incumbent = cid
+                self._measure_test(cid)
+                break
         passed = [(c["id"], c["fitness"]) for c in children if c["status"] == "passed"]
         for cid in selection.contenders(passed, self._score(incumbent), limit=1):
             self.book.check_time()

@@ -18,6 +18,12 @@ the race has already shown the nominee better at the budget the protocol scores;
 only refuses what gives that back past it. A refusal spends none of the run's false-BETTER
 budget (`selection_error`): it can only keep the incumbent, so it is tested at the bootstrap's
 own 0.95 (Bonferroni over the validation envs: a collapse on any one of them refuses).
+
+A contest that an evaluator fault stopped (a round that scored nothing because the evaluator
+failed: on minatar-cpu both of the long run's first races ended so, their Seaquest baseline
+timed out) says nothing about the challenger, so it is not a loss: the challenger is raced
+again after the next generation (a resumed run included), against the same incumbent, up to
+`CONTEST_ATTEMPTS` times in all; its archived rounds count, so the race goes on where it stood.
 """
 
 from __future__ import annotations
@@ -30,9 +36,14 @@ from metarl.discovery.batches import Batches
 from metarl.discovery.config import DiscoverConfig
 from metarl.discovery.runs import RunBook
 from metarl.evaluation import roles, statistics
+from metarl.evaluation.outcome import evaluator_fault
 from metarl.rl.scoring import BOOTSTRAP_CONFIDENCE
 
 logger = logging.getLogger(__name__)
+
+# how many times a challenger is raced when evaluator faults stop its contest: the first
+# attempt and one retry (a fault that persists, such as a limit too short, stops there)
+CONTEST_ATTEMPTS = 2
 
 
 class Races:
@@ -61,11 +72,37 @@ class Races:
     ):
         self.archive, self.config, self.batches, self.book = archive, config, batches, book
         self.run_id, self.envs, self.emit = run_id, list(validation_envs), emit
+        self._faulted = False  # whether a round of the current contest hit an evaluator fault
 
     def contest(self, incumbent: str, challenger: str) -> bool:
         """Whether `challenger` takes the incumbent's place: it wins its validation race and
-        holds past the budget."""
-        return self.race(incumbent, challenger) and self.stable(incumbent, challenger)
+        holds past the budget. A contest an evaluator fault stopped is recorded in the run's
+        state (`voided`) to be attempted again (`retries`)."""
+        self._faulted = False
+        won = self.race(incumbent, challenger) and self.stable(incumbent, challenger)
+        voided = self.book.state.voided
+        if won or not self._faulted:
+            voided.pop(challenger, None)
+            return won
+        attempts = voided.get(challenger, {}).get("attempts", 0) + 1
+        voided[challenger] = {"incumbent": incumbent, "attempts": attempts}
+        again = (
+            "it races again after the next generation"
+            if attempts < CONTEST_ATTEMPTS
+            else f"not raced again ({attempts} attempts)"
+        )
+        logger.warning("the contest of %s was stopped by an evaluator fault: %s", challenger, again)
+        self.emit("status", {"text": f"{challenger}'s race hit an evaluator fault: {again}"})
+        return False
+
+    def retries(self, incumbent: str) -> list[str]:
+        """The challengers whose contest against `incumbent` an evaluator fault stopped, with
+        attempts left, oldest first. A challenger of an incumbent since replaced is dropped:
+        it must now beat the new one, which its training score no longer says."""
+        voided = self.book.state.voided
+        for cid in [c for c, entry in voided.items() if entry["incumbent"] != incumbent]:
+            del voided[cid]
+        return [c for c, entry in voided.items() if entry["attempts"] < CONTEST_ATTEMPTS]
 
     # -- the race ---------------------------------------------------------------------------
     def race(self, incumbent: str, challenger: str) -> bool:
@@ -260,6 +297,7 @@ class Races:
                 scored = scored and outcome.passed
             if not outcome.passed:
                 logger.warning("a %s round of %s scored nothing: %s", purpose, cid, outcome.reason)
+                self._faulted = self._faulted or evaluator_fault(outcome)
         return scored
 
     # -- events -----------------------------------------------------------------------------

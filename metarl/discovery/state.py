@@ -143,6 +143,9 @@ class RunState:
     # the challengers raced so far, in order: a race's number spends the run's selection error
     # (evaluation/statistics.py race_confidence); absent until the first race
     races: list[str] = field(default_factory=list)
+    # challengers whose contest an evaluator fault stopped: id -> {incumbent, attempts}
+    # (races.py: raced again after the next generation); absent until the first such fault
+    voided: dict[str, dict] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -156,6 +159,8 @@ class RunState:
             del data["incumbents"]
         if not data["races"]:  # likewise, until the first race
             del data["races"]
+        if not data["voided"]:  # likewise, until an evaluator fault stops a contest
+            del data["voided"]
         return data
 
     @classmethod
@@ -170,4 +175,8 @@ class RunState:
         values["curriculum_history"] = list(data.get("curriculum_history") or [])
         values["incumbents"] = list(data.get("incumbents") or [])
         values["races"] = [str(cid) for cid in data.get("races") or []]
+        values["voided"] = {
+            str(cid): {"incumbent": str(entry["incumbent"]), "attempts": int(entry["attempts"])}
+            for cid, entry in (data.get("voided") or {}).items()
+        }
         return cls(**values)

@@ -89,6 +89,7 @@ def main() -> None:
         for arm in args.arms:
             print(f"run seed {rng_seed}, {arm} ...", flush=True)
             rows.append((rng_seed, arm, run_arm(arm, args, rng_seed, folder)))
+            print(table_row(*rows[-1]), flush=True)  # each arm as it ends: hours in all
     where = f"suite {args.suite}, " if args.suite else ""
     print(
         f"\nprotocol {args.protocol}, {where}budget {args.budget} children "
@@ -99,13 +100,18 @@ def main() -> None:
         "refused past the budget | first new incumbent at child | wall |"
     )
     print("|---:|---|---:|---:|---:|---:|---:|---|---:|")
-    for rng_seed, arm, found in rows:
-        at = f"{found['at']} ({found['id']})" if found["at"] else "none"
-        print(
-            f"| {rng_seed} | {arm} | {found['children']} | {found['families']} | "
-            f"{found['terms']} | {found['races']} | {found['refused']} | {at} | "
-            f"{found['wall_s'] / 60:.1f} min |"
-        )
+    for row in rows:
+        print(table_row(*row))
+
+
+def table_row(rng_seed: int, arm: str, found: dict) -> str:
+    """One arm's line of the table."""
+    at = f"{found['at']} ({found['id']})" if found["at"] else "none"
+    return (
+        f"| {rng_seed} | {arm} | {found['children']} | {found['families']} | "
+        f"{found['terms']} | {found['races']} | {found['refused']} | {at} | "
+        f"{found['wall_s'] / 60:.1f} min |"
+    )
 
 
 if __name__ == "__main__":

@@ -21,9 +21,10 @@ renames them to a candidate's own argument names by position.
 
 from __future__ import annotations
 
-import math
 import random
 from dataclasses import dataclass
+
+from metarl.tasks.families import Param
 
 
 @dataclass(frozen=True)
@@ -54,9 +55,7 @@ class BuildingBlocks:
 
     def draw_coefficient(self, rng: random.Random) -> float:
         """An addition's coefficient, log-uniform in `coefficient`, to 3 significant digits."""
-        low, high = self.coefficient
-        value = math.exp(rng.uniform(math.log(low), math.log(high)))
-        return float(f"{value:.3g}")
+        return Param("coefficient", *self.coefficient).draw(rng)
 
 
 def signature_arguments(signature: str) -> tuple[str, ...]:

@@ -71,14 +71,15 @@ def swap_term(
     Raises:
         MutationFailed: the program uses no term of any group.
     """
-    groups = []
+    groups = []  # per group, its terms that fit `fn` with their canonical texts
     for group in blocks.swaps:
         parsed = []
         for text in group:
             try:
-                parsed.append(parse_term(text, fn, arguments))
+                term = parse_term(text, fn, arguments)
             except MutationFailed:
                 continue
+            parsed.append((term, canonical(term)))
         groups.append(parsed)
     matches = []  # (site, the other terms of its group)
     for site in replaceable_sites(fn):
@@ -86,9 +87,8 @@ def swap_term(
             continue
         text = canonical(site.node)
         for parsed in groups:
-            texts = [canonical(term) for term in parsed]
-            if text in texts:
-                matches.append((site, [t for t, c in zip(parsed, texts) if c != text]))
+            if any(c == text for _, c in parsed):
+                matches.append((site, [t for t, c in parsed if c != text]))
     matches = [(site, others) for site, others in matches if others]
     if not matches:
         raise MutationFailed("the program uses none of the task's swappable terms")
@@ -119,13 +119,11 @@ def add_term(
     last = fn.body[-1] if fn.body else None
     if not isinstance(last, ast.Return) or last.value is None:
         raise MutationFailed("the program does not end in a return")
-    if blocks.output is None:
-        holder, field = last, "value"
-    else:
-        value = last.value
-        if not isinstance(value, ast.Tuple) or len(value.elts) <= blocks.output:
-            raise MutationFailed("the program does not return the task's tuple")
-        holder, field = value.elts, blocks.output
+    value = last.value
+    if blocks.output is not None and (
+        not isinstance(value, ast.Tuple) or len(value.elts) <= blocks.output
+    ):
+        raise MutationFailed("the program does not return the task's tuple")
     terms = []
     for text in blocks.additions:
         try:
@@ -136,10 +134,9 @@ def add_term(
         raise MutationFailed("no addition fits the program's arguments")
     term = rng.choice(terms)
     scaled = ast.BinOp(left=constant_expr(blocks.draw_coefficient(rng)), op=ast.Mult(), right=term)
-    output = holder[field] if isinstance(holder, list) else getattr(holder, field)
-    new = ast.BinOp(left=output, op=ast.Add(), right=scaled)
-    if isinstance(holder, list):
-        holder[field] = new
+    if blocks.output is None:
+        last.value = ast.BinOp(left=value, op=ast.Add(), right=scaled)
     else:
-        setattr(holder, field, new)
+        output = value.elts[blocks.output]
+        value.elts[blocks.output] = ast.BinOp(left=output, op=ast.Add(), right=scaled)
     return f"term: added `{ast.unparse(scaled)}` to the output"

@@ -1,0 +1,261 @@
+"""Why a `minatar-cpu` validation round costs an hour: where Seaquest-MinAtar spends its step.
+
+    python benchmarks/seaquest.py                 # env-only tables, then the PPO trainer's rates
+    python benchmarks/seaquest.py --no-trainer    # env-only tables (about a minute)
+
+The protocol validates on Seaquest (DiscoGen's split), and on 2 cores a race round there took
+about an hour while a training game's batch took minutes. This prints, for gymnax's own
+environments (the ones DiscoGen's harness and metarl's trainer step):
+
+1. env-only throughput of the five MinAtar games: 64 vmapped envs, uniform random actions,
+   one jitted `lax.scan` of `--steps` steps (no network, no update);
+2. Seaquest's step with one helper family replaced by a no-op (bullet collisions; drawing the
+   observation; moving entities). These are *not* the game: they only attribute the cost;
+3. Seaquest with its entity buffers (gymnax's `MAX_ENTITIES`, 100 rows per entity kind) cut to
+   32 and 16 rows, with the most entities of one kind alive at once in those rollouts (random
+   play only: whether a trained agent's episodes stay under a cap is not measured here);
+4. (unless `--no-trainer`) metarl's PPO trainer on Seaquest, Seaquest with collisions skipped,
+   and Breakout, at the protocol's MinAtar config (DiscoGen's: 64 envs x 128 steps).
+
+Every variant is a monkeypatch of gymnax's module globals made before that variant is traced
+and undone after it, in this process only; metarl itself runs gymnax unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import platform
+import time
+from typing import Iterator, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from rich.console import Console
+from rich.table import Table
+
+import metarl  # noqa: F401  (sets XLA flags before jax starts)
+
+GAMES = (
+    "Asterix-MinAtar",
+    "Breakout-MinAtar",
+    "Freeway-MinAtar",
+    "SpaceInvaders-MinAtar",
+    "Seaquest-MinAtar",
+)
+NUM_ENVS = 64  # DiscoGen's MinAtar config steps 64 envs per seed
+
+
+class EnvRate(NamedTuple):
+    """One env-only measurement.
+
+    Attributes:
+        compile_s: tracing and XLA compilation of the rollout.
+        steps_per_s: env steps per second over all envs, second call (compiled).
+        most_entities: the most entities of one kind alive at once (Seaquest only, else -1).
+    """
+
+    compile_s: float
+    steps_per_s: float
+    most_entities: int
+
+
+def _most_entities(state) -> jax.Array:
+    """The largest entity count of one kind in a batch of Seaquest states."""
+    counts = (
+        state.e_fish_count,
+        state.e_subs_count,
+        state.divers_count,
+        state.f_bullet_count,
+        state.e_bullet_count,
+    )
+    return jnp.max(jnp.stack([jnp.max(count) for count in counts]))
+
+
+def env_rate(name: str, num_steps: int, key: jax.Array) -> EnvRate:
+    """Env-only throughput of `name`: NUM_ENVS envs, random actions, one scan of `num_steps`.
+
+    Args:
+        name: a gymnax environment id.
+        num_steps: steps per env in the scan (the rollout is timed on a second call).
+        key: PRNG key of the rollout.
+
+    Returns:
+        Its EnvRate.
+    """
+    import gymnax
+
+    env, params = gymnax.make(name)
+    seaquest = name.startswith("Seaquest")
+
+    def rollout(key: jax.Array) -> jax.Array:
+        key, reset_key = jax.random.split(key)
+        _, state = jax.vmap(env.reset, (0, None))(jax.random.split(reset_key, NUM_ENVS), params)
+
+        def step(carry, _):
+            state, key = carry
+            key, action_key, step_key = jax.random.split(key, 3)
+            action = jax.random.randint(action_key, (NUM_ENVS,), 0, env.num_actions)
+            step_keys = jax.random.split(step_key, NUM_ENVS)
+            _, state, reward, *_ = jax.vmap(env.step, (0, 0, 0, None))(
+                step_keys, state, action, params
+            )
+            most = _most_entities(state) if seaquest else jnp.int32(-1)
+            return (state, key), (reward.sum(), most)
+
+        _, (rewards, most) = jax.lax.scan(step, (state, key), None, num_steps)
+        return rewards.sum(), most.max()
+
+    started = time.perf_counter()
+    compiled = jax.jit(rollout).lower(key).compile()
+    compile_s = time.perf_counter() - started
+    jax.block_until_ready(compiled(key))
+    started = time.perf_counter()
+    _, most = jax.block_until_ready(compiled(jax.random.fold_in(key, 1)))
+    run_s = time.perf_counter() - started
+    return EnvRate(compile_s, NUM_ENVS * num_steps / run_s, int(most))
+
+
+@contextlib.contextmanager
+def patched(module, **values) -> Iterator[None]:
+    """Set module globals for the block (variants are traced inside it), then restore them."""
+    saved = {name: getattr(module, name) for name in values}
+    for name, value in values.items():
+        setattr(module, name, value)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(module, name, value)
+
+
+def _no_collisions(bullets, bullet_count, targets, target_count):
+    return bullets, bullet_count, targets, target_count, jnp.float32(0.0)
+
+
+def _no_drawing(observation, *_):
+    return observation
+
+
+def _no_moving(entities, count, *_):
+    return entities, count
+
+
+def knockouts() -> dict[str, contextlib.AbstractContextManager]:
+    """Seaquest variants that skip one helper family (cost attribution, not the game)."""
+    from gymnax.environments.minatar import seaquest
+
+    return {
+        "gymnax's Seaquest": contextlib.nullcontext(),
+        "collisions skipped": patched(seaquest, collide_bullets=_no_collisions),
+        "drawing skipped": patched(seaquest, draw_entities=_no_drawing),
+        "moving skipped": patched(seaquest, move_entities=_no_moving, move_bullets=_no_moving),
+    }
+
+
+def capacity(rows: int) -> contextlib.ExitStack:
+    """Seaquest with `rows` rows per entity buffer (gymnax's default is 100)."""
+    from gymnax.environments.minatar import seaquest, seaquest_helpers
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(patched(seaquest_helpers, MAX_ENTITIES=rows))
+    stack.enter_context(patched(seaquest, MAX_ENTITIES=rows))
+    return stack
+
+
+def trainer_rate(name: str, timesteps: int, seeds: int) -> tuple[float, float]:
+    """metarl's PPO trainer (the protocol's suite config) on `name`: (compile s, env-steps/s)."""
+    from metarl.rl.components import Components
+    from metarl.rl.suites import get_suite
+    from metarl.rl.training import run_training
+
+    config = get_suite("discobench").config(name, total_timesteps=timesteps)
+    run = run_training(config, Components(), seeds=list(range(seeds)))
+    return run.compile_s, run.steps_per_s
+
+
+def machine() -> str:
+    return f"{platform.node()} ({jax.device_count()} {jax.devices()[0].platform} device)"
+
+
+def table(title: str, columns: tuple[str, ...], rows: list[tuple]) -> None:
+    out = Table(title=title)
+    for i, column in enumerate(columns):
+        out.add_column(column, justify="left" if i == 0 else "right")
+    for row in rows:
+        out.add_row(*(str(cell) for cell in row))
+    Console(width=140).print(out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=500, help="scan length per env (env-only)")
+    parser.add_argument("--timesteps", type=int, default=163_840, help="trainer steps per seed")
+    parser.add_argument("--seeds", type=int, default=2, help="trainer seeds (vmapped)")
+    parser.add_argument("--no-trainer", action="store_true")
+    args = parser.parse_args()
+    key = jax.random.PRNGKey(0)
+    print(f"{machine()}, jax {jax.__version__}, {NUM_ENVS} envs, {args.steps} steps each")
+
+    rows, base = [], None
+    for name in GAMES:
+        rate = env_rate(name, args.steps, key)
+        base = rate.steps_per_s if name == "Breakout-MinAtar" else base
+        rows.append((name, f"{rate.compile_s:.1f}", f"{rate.steps_per_s:,.0f}"))
+    rows = [(*row, f"{float(row[2].replace(',', '')) / base:.3f}") for row in rows]
+    table("env-only, random actions", ("game", "compile s", "env-steps/s", "vs Breakout"), rows)
+
+    rows, base = [], None
+    for label, variant in knockouts().items():
+        with variant:
+            rate = env_rate("Seaquest-MinAtar", args.steps, key)
+        base = base or rate.steps_per_s
+        rows.append((label, f"{rate.steps_per_s:,.0f}", f"{rate.steps_per_s / base:.2f}x"))
+    table(
+        "Seaquest's step, one helper family skipped (cost attribution, not the game)",
+        ("variant", "env-steps/s", "vs gymnax's"),
+        rows,
+    )
+
+    rows, base = [], None
+    for rows_per_buffer in (100, 32, 16):
+        with capacity(rows_per_buffer):
+            rate = env_rate("Seaquest-MinAtar", args.steps, key)
+        base = base or rate.steps_per_s
+        rows.append(
+            (
+                rows_per_buffer,
+                f"{rate.steps_per_s:,.0f}",
+                f"{rate.steps_per_s / base:.2f}x",
+                rate.most_entities,
+            )
+        )
+    table(
+        "Seaquest's entity buffers (gymnax: 100 rows per kind)",
+        ("rows", "env-steps/s", "vs 100", "most alive of one kind"),
+        rows,
+    )
+
+    if args.no_trainer:
+        return
+    from gymnax.environments.minatar import seaquest
+
+    rows = []
+    variants = (
+        ("Seaquest-MinAtar", contextlib.nullcontext()),
+        ("Seaquest-MinAtar, collisions skipped", patched(seaquest, collide_bullets=_no_collisions)),
+        ("Breakout-MinAtar", contextlib.nullcontext()),
+    )
+    for label, variant in variants:
+        with variant:
+            compile_s, rate = trainer_rate(label.split(",")[0], args.timesteps, args.seeds)
+        rows.append((label, f"{compile_s:.1f}", f"{rate:,.0f}", f"{1e6 / rate:,.0f}"))
+    table(
+        f"metarl's PPO trainer, {args.seeds} seeds x {args.timesteps:,} steps (DiscoGen's config)",
+        ("env", "compile s", "env-steps/s", "s per 1e6 steps"),
+        rows,
+    )
+
+
+if __name__ == "__main__":
+    main()

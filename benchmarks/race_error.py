@@ -3,11 +3,13 @@ a real improvement: a fixed confidence per look against the run's error spent ov
 
     python benchmarks/race_error.py                      # 200 simulated runs of 10 races
     python benchmarks/race_error.py --runs 500 --races 20
+    python benchmarks/race_error.py --envs 1 --cap 8 --effect 2   # minatar-cpu's races
 
 Each simulated run holds `--races` races run exactly as discovery runs them
 (discovery/loop.py: `statistics.race` after every round of `--round` fresh seeds per side, up
 to `--cap` seeds). Scores are drawn per seed and env (2 validation envs) from a normal
-distribution with a per-env spread like the demo's validation scores (sd 0.15 around 1.0).
+distribution with a per-env spread like the demo's validation scores (sd 0.15 around 1.0), on
+`--envs` validation envs (the demo's 2; `minatar-cpu` validates on Seaquest alone).
 Under the null the challenger is drawn like the incumbent: any BETTER is a false one. Under an
 improvement the challenger's mean is `--effect` higher (in units of the spread). Rows: the
 design before (0.95 at every look) and the run's error spent over races and looks
@@ -26,17 +28,18 @@ import numpy as np
 from metarl.evaluation import statistics
 
 SPREAD = 0.15
-ENVS = 2
 
 
-def one_race(rng, effect: float, confidence: float, step: int, cap: int) -> tuple[str, int]:
+def one_race(
+    rng, effect: float, confidence: float, step: int, cap: int, envs: int
+) -> tuple[str, int]:
     """A race's verdict and the seeds the challenger used."""
-    incumbent = np.empty((0, ENVS))
-    challenger = np.empty((0, ENVS))
+    incumbent = np.empty((0, envs))
+    challenger = np.empty((0, envs))
     while True:
-        incumbent = np.vstack([incumbent, rng.normal(1.0, SPREAD, (step, ENVS))])
+        incumbent = np.vstack([incumbent, rng.normal(1.0, SPREAD, (step, envs))])
         challenger = np.vstack(
-            [challenger, rng.normal(1.0 + effect * SPREAD, SPREAD, (step, ENVS))]
+            [challenger, rng.normal(1.0 + effect * SPREAD, SPREAD, (step, envs))]
         )
         decision = statistics.race(
             incumbent, {"c": challenger}, max_runs=cap, confidence=confidence
@@ -55,7 +58,7 @@ def simulate(args, effect: float, spent: bool) -> tuple[float, float, float]:
         any_better = False
         for number in range(1, args.races + 1):
             confidence = statistics.race_confidence(number, looks, args.error) if spent else 0.95
-            verdict, used = one_race(rng, effect, confidence, args.round, args.cap)
+            verdict, used = one_race(rng, effect, confidence, args.round, args.cap, args.envs)
             any_better |= verdict == statistics.BETTER
             won += verdict == statistics.BETTER
             seeds += used
@@ -71,6 +74,7 @@ def main() -> None:
     parser.add_argument("--round", type=int, default=4, help="seeds per round (confirm_seeds)")
     parser.add_argument("--cap", type=int, default=12, help="seeds per race at most")
     parser.add_argument("--effect", type=float, default=1.0, help="improvement, in spreads")
+    parser.add_argument("--envs", type=int, default=2, help="validation envs")
     parser.add_argument("--error", type=float, default=0.05, help="the run's selection error")
     parser.add_argument("--rng-seed", type=int, default=0)
     args = parser.parse_args()

@@ -250,6 +250,8 @@ def main() -> None:
     chosen = programs(args.archive, run_id, args.candidate)
     out = Path(f"{args.archive}.at_scale.json")
     record = json.loads(out.read_text()) if out.exists() else {}
+    if args.skip_test and record.get("programs") and not args.candidate:
+        chosen = record["programs"]  # the tables stay those of the programs the test measured
     record.update({"run": run_id, "programs": chosen, "machine": platform.node()})
     if not args.skip_test:
         record["test"] = test(args, chosen)

@@ -197,12 +197,17 @@ def main() -> None:
     key = jax.random.PRNGKey(0)
     print(f"{machine()}, jax {jax.__version__}, {NUM_ENVS} envs, {args.steps} steps each")
 
-    rows, base = [], None
-    for name in GAMES:
-        rate = env_rate(name, args.steps, key)
-        base = rate.steps_per_s if name == "Breakout-MinAtar" else base
-        rows.append((name, f"{rate.compile_s:.1f}", f"{rate.steps_per_s:,.0f}"))
-    rows = [(*row, f"{float(row[2].replace(',', '')) / base:.3f}") for row in rows]
+    rates = {name: env_rate(name, args.steps, key) for name in GAMES}
+    base = rates["Breakout-MinAtar"].steps_per_s
+    rows = [
+        (
+            name,
+            f"{rate.compile_s:.1f}",
+            f"{rate.steps_per_s:,.0f}",
+            f"{rate.steps_per_s / base:.3f}",
+        )
+        for name, rate in rates.items()
+    ]
     table("env-only, random actions", ("game", "compile s", "env-steps/s", "vs Breakout"), rows)
 
     rows, base = [], None

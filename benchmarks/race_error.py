@@ -13,12 +13,19 @@ distribution with a per-env spread like the demo's validation scores (sd 0.15 ar
 Under the null the challenger is drawn like the incumbent: any BETTER is a false one. Under an
 improvement the challenger's mean is `--effect` higher (in units of the spread). Rows: the
 design before (0.95 at every look) and the run's error spent over races and looks
-(`statistics.race_confidence`, error 0.05).
+(`statistics.race_confidence`, error 0.05), each decided by `statistics.race`'s bootstrap
+interval of P(challenger > incumbent); with `--exact`, also by an exact permutation test of the
+same P(X > Y) at the same error per look (`permutation_race`, a candidate design measured here:
+every split of the pooled runs into the two sides is enumerated, so its false-BETTER rate per
+look is at most its level whatever the scores' distribution, and a small race shows what it can
+and cannot resolve: at 4 runs a side the smallest p-value is 1 / C(8, 4) = 1/70).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import itertools
 import os
 import platform
 import time
@@ -49,7 +56,59 @@ def one_race(
             return verdict, challenger.shape[0]
 
 
-def simulate(args, effect: float, spent: bool) -> tuple[float, float, float]:
+@functools.lru_cache(maxsize=None)
+def _splits(runs_per_side: int) -> np.ndarray:
+    """Every split of 2 x `runs_per_side` pooled runs: (splits x pooled) 0/1, 1 = challenger."""
+    pooled = 2 * runs_per_side
+    rows = [
+        np.isin(np.arange(pooled), chosen)
+        for chosen in itertools.combinations(range(pooled), runs_per_side)
+    ]
+    return np.asarray(rows, dtype=np.float64)
+
+
+def permutation_p(challenger: np.ndarray, incumbent: np.ndarray) -> tuple[float, float]:
+    """Exact one-sided p-values of P(challenger > incumbent) (the mean over envs of the
+    Mann-Whitney U over its pairs, as `statistics.probability_of_improvement` estimates it):
+    (P(split's statistic >= observed), P(split's statistic <= observed)) over every split of
+    the pooled runs, equal sides only."""
+    n = challenger.shape[0]
+    pooled = np.vstack([challenger, incumbent])  # the observed split: the first n rows
+    wins = (pooled[:, None, :] > pooled[None, :, :]) + 0.5 * (
+        pooled[:, None, :] == pooled[None, :, :]
+    )
+    splits = _splits(n)
+    # a split's statistic: s @ wins @ (1 - s), wins summed over envs (n x n pairs per env)
+    stats = ((splits @ wins.sum(axis=2)) * (1.0 - splits)).sum(axis=1)
+    observed = wins[:n, n:, :].sum()
+    tol = 1e-9
+    return float(np.mean(stats >= observed - tol)), float(np.mean(stats <= observed + tol))
+
+
+def permutation_race(
+    rng, effect: float, confidence: float, step: int, cap: int, envs: int
+) -> tuple[str, int]:
+    """`one_race` decided by the exact test: BETTER when the upper-tail p-value is at most the
+    look's one-sided level (1 - confidence) / 2, WORSE when the lower-tail one is, a TIE at the
+    cap."""
+    level = (1.0 - confidence) / 2.0
+    incumbent = np.empty((0, envs))
+    challenger = np.empty((0, envs))
+    while True:
+        incumbent = np.vstack([incumbent, rng.normal(1.0, SPREAD, (step, envs))])
+        challenger = np.vstack(
+            [challenger, rng.normal(1.0 + effect * SPREAD, SPREAD, (step, envs))]
+        )
+        above, below = permutation_p(challenger, incumbent)
+        if above <= level:
+            return statistics.BETTER, challenger.shape[0]
+        if below <= level:
+            return statistics.WORSE, challenger.shape[0]
+        if challenger.shape[0] >= cap:
+            return statistics.TIE, challenger.shape[0]
+
+
+def simulate(args, effect: float, spent: bool, exact: bool = False) -> tuple[float, float, float]:
     """(share of runs with any BETTER, share of races won, mean seeds per race)."""
     rng = np.random.default_rng(args.rng_seed)
     looks = -(-args.cap // args.round)
@@ -58,7 +117,8 @@ def simulate(args, effect: float, spent: bool) -> tuple[float, float, float]:
         any_better = False
         for number in range(1, args.races + 1):
             confidence = statistics.race_confidence(number, looks, args.error) if spent else 0.95
-            verdict, used = one_race(rng, effect, confidence, args.round, args.cap, args.envs)
+            decide = permutation_race if exact else one_race
+            verdict, used = decide(rng, effect, confidence, args.round, args.cap, args.envs)
             any_better |= verdict == statistics.BETTER
             won += verdict == statistics.BETTER
             seeds += used
@@ -77,15 +137,22 @@ def main() -> None:
     parser.add_argument("--envs", type=int, default=2, help="validation envs")
     parser.add_argument("--error", type=float, default=0.05, help="the run's selection error")
     parser.add_argument("--rng-seed", type=int, default=0)
+    parser.add_argument(
+        "--exact", action="store_true", help="also the exact permutation test (equal sides)"
+    )
     args = parser.parse_args()
     print(f"machine: {platform.node()} ({os.cpu_count()} cores); {args}")
     print("| design | challenger | runs with a BETTER | races won | seeds per race | s |")
     print("|---|---|---|---|---|---|")
-    for spent in (False, True):
+    designs = [(False, False), (True, False)] + (
+        [(False, True), (True, True)] if args.exact else []
+    )
+    for spent, exact in designs:
         design = f"run error {args.error:g} spent" if spent else "0.95 per look"
+        design += ", exact permutation test" if exact else ", bootstrap interval"
         for effect in (0.0, args.effect):
             start = time.perf_counter()
-            share, won, seeds = simulate(args, effect, spent)
+            share, won, seeds = simulate(args, effect, spent, exact)
             name = "as good (null)" if effect == 0 else f"+{effect:g} spread better"
             print(
                 f"| {design} | {name} | {share:.3f} | {won:.3f} | {seeds:.1f} | "

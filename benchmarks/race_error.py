@@ -15,7 +15,7 @@ improvement the challenger's mean is `--effect` higher (in units of the spread).
 design before (0.95 at every look) and the run's error spent over races and looks
 (`statistics.race_confidence`, error 0.05), each decided by `statistics.race`'s bootstrap
 interval of P(challenger > incumbent); with `--exact`, also by an exact permutation test of the
-same P(X > Y) at the same error per look (`permutation_race`, a candidate design measured here:
+same P(X > Y) at the same error per look (`exact_verdict`, a candidate design measured here:
 every split of the pooled runs into the two sides is enumerated, so its false-BETTER rate per
 look is at most its level whatever the scores' distribution, and a small race shows what it can
 and cannot resolve: at 4 runs a side the smallest p-value is 1 / C(8, 4) = 1/70).
@@ -38,9 +38,10 @@ SPREAD = 0.15
 
 
 def one_race(
-    rng, effect: float, confidence: float, step: int, cap: int, envs: int
+    rng, effect: float, confidence: float, step: int, cap: int, envs: int, exact: bool = False
 ) -> tuple[str, int]:
-    """A race's verdict and the seeds the challenger used."""
+    """A race's verdict and the seeds the challenger used: decided by `statistics.race`, or
+    with `exact` by `exact_verdict`."""
     incumbent = np.empty((0, envs))
     challenger = np.empty((0, envs))
     while True:
@@ -48,10 +49,13 @@ def one_race(
         challenger = np.vstack(
             [challenger, rng.normal(1.0 + effect * SPREAD, SPREAD, (step, envs))]
         )
-        decision = statistics.race(
-            incumbent, {"c": challenger}, max_runs=cap, confidence=confidence
-        )
-        verdict = decision.verdicts["c"]
+        if exact:
+            verdict = exact_verdict(challenger, incumbent, confidence, cap)
+        else:
+            decision = statistics.race(
+                incumbent, {"c": challenger}, max_runs=cap, confidence=confidence
+            )
+            verdict = decision.verdicts["c"]
         if verdict != statistics.UNDECIDED:
             return verdict, challenger.shape[0]
 
@@ -85,27 +89,19 @@ def permutation_p(challenger: np.ndarray, incumbent: np.ndarray) -> tuple[float,
     return float(np.mean(stats >= observed - tol)), float(np.mean(stats <= observed + tol))
 
 
-def permutation_race(
-    rng, effect: float, confidence: float, step: int, cap: int, envs: int
-) -> tuple[str, int]:
-    """`one_race` decided by the exact test: BETTER when the upper-tail p-value is at most the
+def exact_verdict(
+    challenger: np.ndarray, incumbent: np.ndarray, confidence: float, cap: int
+) -> str:
+    """A look decided by the exact test: BETTER when the upper-tail p-value is at most the
     look's one-sided level (1 - confidence) / 2, WORSE when the lower-tail one is, a TIE at the
-    cap."""
+    cap, otherwise UNDECIDED."""
     level = (1.0 - confidence) / 2.0
-    incumbent = np.empty((0, envs))
-    challenger = np.empty((0, envs))
-    while True:
-        incumbent = np.vstack([incumbent, rng.normal(1.0, SPREAD, (step, envs))])
-        challenger = np.vstack(
-            [challenger, rng.normal(1.0 + effect * SPREAD, SPREAD, (step, envs))]
-        )
-        above, below = permutation_p(challenger, incumbent)
-        if above <= level:
-            return statistics.BETTER, challenger.shape[0]
-        if below <= level:
-            return statistics.WORSE, challenger.shape[0]
-        if challenger.shape[0] >= cap:
-            return statistics.TIE, challenger.shape[0]
+    above, below = permutation_p(challenger, incumbent)
+    if above <= level:
+        return statistics.BETTER
+    if below <= level:
+        return statistics.WORSE
+    return statistics.TIE if challenger.shape[0] >= cap else statistics.UNDECIDED
 
 
 def simulate(args, effect: float, spent: bool, exact: bool = False) -> tuple[float, float, float]:
@@ -117,8 +113,9 @@ def simulate(args, effect: float, spent: bool, exact: bool = False) -> tuple[flo
         any_better = False
         for number in range(1, args.races + 1):
             confidence = statistics.race_confidence(number, looks, args.error) if spent else 0.95
-            decide = permutation_race if exact else one_race
-            verdict, used = decide(rng, effect, confidence, args.round, args.cap, args.envs)
+            verdict, used = one_race(
+                rng, effect, confidence, args.round, args.cap, args.envs, exact
+            )
             any_better |= verdict == statistics.BETTER
             won += verdict == statistics.BETTER
             seeds += used

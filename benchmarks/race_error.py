@@ -1,31 +1,30 @@
 """How often a run's validation races call a challenger BETTER by luck, and how often they find
-a real improvement: a fixed confidence per look against the run's error spent over its races.
+a real improvement: discovery's race against the designs it replaced, on the same draws.
 
     python benchmarks/race_error.py                      # 200 simulated runs of 10 races
     python benchmarks/race_error.py --runs 500 --races 20
     python benchmarks/race_error.py --envs 1 --cap 8 --effect 2   # minatar-cpu's races
 
-Each simulated run holds `--races` races run exactly as discovery runs them
-(discovery/loop.py: `statistics.race` after every round of `--round` fresh seeds per side, up
-to `--cap` seeds). Scores are drawn per seed and env (2 validation envs) from a normal
-distribution with a per-env spread like the demo's validation scores (sd 0.15 around 1.0), on
-`--envs` validation envs (the demo's 2; `minatar-cpu` validates on Seaquest alone).
-Under the null the challenger is drawn like the incumbent: any BETTER is a false one. Under an
-improvement the challenger's mean is `--effect` higher (in units of the spread). Rows: the
-design before (0.95 at every look) and the run's error spent over races and looks
-(`statistics.race_confidence`, error 0.05), each decided by `statistics.race`'s bootstrap
-interval of P(challenger > incumbent); with `--exact`, also by an exact permutation test of the
-same P(X > Y) at the same error per look (`exact_verdict`, a candidate design measured here:
-every split of the pooled runs into the two sides is enumerated, so its false-BETTER rate per
-look is at most its level whatever the scores' distribution, and a small race shows what it can
-and cannot resolve: at 4 runs a side the smallest p-value is 1 / C(8, 4) = 1/70).
+Each simulated run holds `--races` races run as discovery runs them (discovery/races.py: a look
+after every round of `--round` fresh seeds per side, up to `--cap` seeds). Scores are drawn per
+seed and env from a normal distribution with a per-env spread like the demo's validation scores
+(sd 0.15 around 1.0), on `--envs` validation envs (the demo's 2; `minatar-cpu` validates on
+Seaquest alone). Under the null the challenger is drawn like the incumbent: any BETTER is a
+false one. Under an improvement the challenger's mean is `--effect` higher (in units of the
+spread). Rows, each design on the same draws:
+
+- "0.95 per look, bootstrap": the first design, BETTER when the 95% bootstrap interval of
+  P(challenger > incumbent) lies above 0.5 (`statistics.compare`);
+- "error spent, bootstrap": the second, the same interval at the confidence that spends the
+  run's error (`--error`) over races as 6 / (pi^2 r^2) and evenly over a race's looks;
+- "discovery: exact test, race_plan": the race now (`statistics.race` at
+  `statistics.race_plan`'s levels: an exact permutation test, the share spent only on looks that
+  can call BETTER, and more rounds for a race that could not be won at `--cap`).
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
-import itertools
 import os
 import platform
 import time
@@ -35,87 +34,52 @@ import numpy as np
 from metarl.evaluation import statistics
 
 SPREAD = 0.15
+DESIGNS = ("0.95 per look, bootstrap", "error spent, bootstrap", "discovery: exact test, race_plan")
 
 
-def one_race(
-    rng, effect: float, confidence: float, step: int, cap: int, envs: int, exact: bool = False
-) -> tuple[str, int]:
-    """A race's verdict and the seeds the challenger used: decided by `statistics.race`, or
-    with `exact` by `exact_verdict`."""
-    incumbent = np.empty((0, envs))
-    challenger = np.empty((0, envs))
+def bootstrap_look(challenger, incumbent, confidence: float, cap: int) -> str:
+    """A look decided by the bootstrap interval (the designs discovery replaced)."""
+    verdict = statistics.compare(challenger, incumbent, confidence=confidence).verdict
+    if verdict == statistics.UNDECIDED and challenger.shape[0] >= cap:
+        return statistics.TIE
+    return verdict
+
+
+def one_race(rng, args, effect: float, design: int, number: int) -> tuple[str, int]:
+    """A race's verdict and the seeds the challenger used, under `DESIGNS[design]`."""
+    looks = -(-args.cap // args.round)
+    share = args.error * 6.0 / (np.pi**2 * number**2)
+    plan = statistics.race_plan(number, args.round, args.cap, args.error)
+    cap = plan.cap if design == 2 else args.cap
+    incumbent = np.empty((0, args.envs))
+    challenger = np.empty((0, args.envs))
     while True:
-        incumbent = np.vstack([incumbent, rng.normal(1.0, SPREAD, (step, envs))])
+        incumbent = np.vstack([incumbent, rng.normal(1.0, SPREAD, (args.round, args.envs))])
         challenger = np.vstack(
-            [challenger, rng.normal(1.0 + effect * SPREAD, SPREAD, (step, envs))]
+            [challenger, rng.normal(1.0 + effect * SPREAD, SPREAD, (args.round, args.envs))]
         )
-        if exact:
-            verdict = exact_verdict(challenger, incumbent, confidence, cap)
+        runs = challenger.shape[0]
+        if design == 0:
+            verdict = bootstrap_look(challenger, incumbent, 0.95, cap)
+        elif design == 1:
+            verdict = bootstrap_look(challenger, incumbent, 1.0 - 2.0 * share / looks, cap)
         else:
             decision = statistics.race(
-                incumbent, {"c": challenger}, max_runs=cap, confidence=confidence
+                incumbent, {"c": challenger}, max_runs=cap, level=plan.level(runs)
             )
             verdict = decision.verdicts["c"]
         if verdict != statistics.UNDECIDED:
-            return verdict, challenger.shape[0]
+            return verdict, runs
 
 
-@functools.lru_cache(maxsize=None)
-def _splits(runs_per_side: int) -> np.ndarray:
-    """Every split of 2 x `runs_per_side` pooled runs: (splits x pooled) 0/1, 1 = challenger."""
-    pooled = 2 * runs_per_side
-    rows = [
-        np.isin(np.arange(pooled), chosen)
-        for chosen in itertools.combinations(range(pooled), runs_per_side)
-    ]
-    return np.asarray(rows, dtype=np.float64)
-
-
-def permutation_p(challenger: np.ndarray, incumbent: np.ndarray) -> tuple[float, float]:
-    """Exact one-sided p-values of P(challenger > incumbent) (the mean over envs of the
-    Mann-Whitney U over its pairs, as `statistics.probability_of_improvement` estimates it):
-    (P(split's statistic >= observed), P(split's statistic <= observed)) over every split of
-    the pooled runs, equal sides only."""
-    n = challenger.shape[0]
-    pooled = np.vstack([challenger, incumbent])  # the observed split: the first n rows
-    wins = (pooled[:, None, :] > pooled[None, :, :]) + 0.5 * (
-        pooled[:, None, :] == pooled[None, :, :]
-    )
-    splits = _splits(n)
-    # a split's statistic: s @ wins @ (1 - s), wins summed over envs (n x n pairs per env)
-    stats = ((splits @ wins.sum(axis=2)) * (1.0 - splits)).sum(axis=1)
-    observed = wins[:n, n:, :].sum()
-    tol = 1e-9
-    return float(np.mean(stats >= observed - tol)), float(np.mean(stats <= observed + tol))
-
-
-def exact_verdict(
-    challenger: np.ndarray, incumbent: np.ndarray, confidence: float, cap: int
-) -> str:
-    """A look decided by the exact test: BETTER when the upper-tail p-value is at most the
-    look's one-sided level (1 - confidence) / 2, WORSE when the lower-tail one is, a TIE at the
-    cap, otherwise UNDECIDED."""
-    level = (1.0 - confidence) / 2.0
-    above, below = permutation_p(challenger, incumbent)
-    if above <= level:
-        return statistics.BETTER
-    if below <= level:
-        return statistics.WORSE
-    return statistics.TIE if challenger.shape[0] >= cap else statistics.UNDECIDED
-
-
-def simulate(args, effect: float, spent: bool, exact: bool = False) -> tuple[float, float, float]:
+def simulate(args, effect: float, design: int) -> tuple[float, float, float]:
     """(share of runs with any BETTER, share of races won, mean seeds per race)."""
     rng = np.random.default_rng(args.rng_seed)
-    looks = -(-args.cap // args.round)
     runs_with_better, won, seeds = 0, 0, 0
     for _ in range(args.runs):
         any_better = False
         for number in range(1, args.races + 1):
-            confidence = statistics.race_confidence(number, looks, args.error) if spent else 0.95
-            verdict, used = one_race(
-                rng, effect, confidence, args.round, args.cap, args.envs, exact
-            )
+            verdict, used = one_race(rng, args, effect, design, number)
             any_better |= verdict == statistics.BETTER
             won += verdict == statistics.BETTER
             seeds += used
@@ -135,25 +99,21 @@ def main() -> None:
     parser.add_argument("--error", type=float, default=0.05, help="the run's selection error")
     parser.add_argument("--rng-seed", type=int, default=0)
     parser.add_argument(
-        "--exact", action="store_true", help="also the exact permutation test (equal sides)"
+        "--designs", default="0,1,2", help="which designs, by index: " + "; ".join(DESIGNS)
     )
     args = parser.parse_args()
     print(f"machine: {platform.node()} ({os.cpu_count()} cores); {args}")
     print("| design | challenger | runs with a BETTER | races won | seeds per race | s |")
     print("|---|---|---|---|---|---|")
-    designs = [(False, False), (True, False)] + (
-        [(False, True), (True, True)] if args.exact else []
-    )
-    for spent, exact in designs:
-        design = f"run error {args.error:g} spent" if spent else "0.95 per look"
-        design += ", exact permutation test" if exact else ", bootstrap interval"
+    for design in (int(d) for d in args.designs.split(",")):
         for effect in (0.0, args.effect):
             start = time.perf_counter()
-            share, won, seeds = simulate(args, effect, spent, exact)
+            share, won, seeds = simulate(args, effect, design)
             name = "as good (null)" if effect == 0 else f"+{effect:g} spread better"
             print(
-                f"| {design} | {name} | {share:.3f} | {won:.3f} | {seeds:.1f} | "
-                f"{time.perf_counter() - start:.0f} |"
+                f"| {DESIGNS[design]} | {name} | {share:.3f} | {won:.3f} | {seeds:.1f} | "
+                f"{time.perf_counter() - start:.0f} |",
+                flush=True,
             )
 
 

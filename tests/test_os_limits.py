@@ -8,8 +8,10 @@ from __future__ import annotations
 import ast
 import base64
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -326,11 +328,14 @@ def test_a_tracer_runs_jax_on_the_cpu_with_a_seccomp_filter_and_a_trainer_withou
 
 # --- 4. artifacts parsed first in a throwaway worker -------------------------------------------
 SCAN = """
-import base64, json, os, sys
+import base64, json, os, sys, time
 from jax import export
 blob = bytearray(base64.b64decode(sys.argv[1]))
 report = os.fdopen(int(sys.argv[2]), "w", buffering=1)
+end = time.monotonic() + float(sys.argv[5])
 for position in range(int(sys.argv[3]), min(int(sys.argv[4]), len(blob))):
+    if time.monotonic() > end:
+        break
     flipped = bytearray(blob)
     flipped[position] ^= 0xFF
     report.write(f"{position}\\n")
@@ -346,22 +351,30 @@ report.write("done\\n")
 
 
 def crashing_flips(blob: bytes, wanted: int, stop: int, budget_s: float) -> list[int]:
-    """Byte positions whose flip (xor 0xFF) crashes JAX's deserialiser in a subprocess."""
+    """Byte positions whose flip (xor 0xFF) crashes JAX's deserialiser in a subprocess, found
+    within `budget_s`: the scan stops itself there, and is killed 30 s later should a flip
+    hang the deserialiser (a hang is not a crash: not counted). Why the scan's own clock: a
+    scan that finds no crash reads the whole blob, and on a loaded machine that outran the
+    test's 600 s limit."""
     found, position, deadline = [], 0, time.monotonic() + budget_s
     text = base64.b64encode(blob).decode()
     while len(found) < wanted and position < stop and time.monotonic() < deadline:
+        left = deadline - time.monotonic()
         read_end, write_end = os.pipe()
         process = subprocess.Popen(
-            [sys.executable, "-c", SCAN, text, str(write_end), str(position), str(stop)],
+            [sys.executable, "-c", SCAN, text, str(write_end), str(position), str(stop), str(left)],
             pass_fds=(write_end,),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
         os.close(write_end)
+        watchdog = threading.Timer(left + 30.0, process.kill)
+        watchdog.start()
         with os.fdopen(read_end) as report:
             lines = report.read().split()
         process.wait()
-        if not lines or lines[-1] == "done":
+        watchdog.cancel()
+        if not lines or lines[-1] == "done" or process.returncode == -signal.SIGKILL:
             break
         found.append(int(lines[-1]))
         position = int(lines[-1]) + 1

@@ -19,7 +19,7 @@ from metarl.evaluation.statistics import (
     iqm_interval,
     probability_of_improvement,
     race,
-    race_confidence,
+    race_plan,
     significantly_better,
     verdict,
 )
@@ -200,7 +200,7 @@ def test_non_finite_scores_are_refused_with_their_place(bad):
     with pytest.raises(ValueError, match=r"^y has 1 non-finite"):
         probability_of_improvement(np.ones((3, 2)), scores)
     with pytest.raises(ValueError, match="contender 'c'"):
-        race(np.ones((3, 2)), {"c": scores}, max_runs=4)
+        race(np.ones((3, 2)), {"c": scores}, max_runs=4, level=0.01)
 
 
 def test_malformed_matrices_are_refused():
@@ -261,41 +261,78 @@ def incumbent_and_contenders() -> tuple[np.ndarray, dict[str, np.ndarray]]:
 
 def test_race_stops_the_worse_keeps_the_better_and_reruns_the_close():
     incumbent, contenders = incumbent_and_contenders()
-    decision = race(incumbent, contenders, max_runs=16)
+    decision = race(incumbent, contenders, max_runs=16, level=0.01)
     assert decision.verdicts == {"worse": WORSE, "close": UNDECIDED, "better": BETTER}
     assert decision.to_run == ["close"]
     close = decision.poi["close"]
     assert close.low < 0.5 < close.high
+    # "better" beats every incumbent run on every task: the one split of C(11, 3) that does
+    assert decision.p_better["better"] == pytest.approx(1 / 165)
 
 
 def test_race_calls_a_tie_when_the_close_one_has_used_its_runs():
     incumbent, contenders = incumbent_and_contenders()
-    decision = race(incumbent, contenders, max_runs=8)  # "close" has 8 runs
+    decision = race(incumbent, contenders, max_runs=8, level=0.01)  # "close" has 8 runs
     assert decision.verdicts == {"worse": WORSE, "close": TIE, "better": BETTER}
     assert decision.to_run == []
 
 
+def test_a_look_decides_by_the_exact_p_value_not_the_bootstrap_interval():
+    # 4 runs a side, the challenger above every incumbent run: the bootstrap interval of
+    # P(better) is [1, 1], yet 1 split in C(8, 4) = 70 is as extreme, p = 1/70
+    incumbent, challenger = column(0.1, 0.2, 0.3, 0.4), column(0.5, 0.6, 0.7, 0.8)
+    assert compare(challenger, incumbent).poi == Estimate(1.0, 1.0, 1.0)
+    below = race(incumbent, {"c": challenger}, max_runs=8, level=0.0142)
+    at = race(incumbent, {"c": challenger}, max_runs=8, level=1 / 70)
+    assert below.verdicts == {"c": UNDECIDED} and at.verdicts == {"c": BETTER}
+    assert race(incumbent, {"c": challenger}, max_runs=8, level=0.0).verdicts == {"c": UNDECIDED}
+    # the mirror image stops as WORSE at the futility level, which 1/70 clears
+    assert race(challenger, {"c": incumbent}, max_runs=8, level=0.01).verdicts == {"c": WORSE}
+
+
 def test_a_contenders_verdict_does_not_depend_on_the_others():
     incumbent, contenders = incumbent_and_contenders()
-    together = race(incumbent, contenders, max_runs=16)
-    alone = race(incumbent, {"close": contenders["close"]}, max_runs=16)
+    together = race(incumbent, contenders, max_runs=16, level=0.01)
+    alone = race(incumbent, {"close": contenders["close"]}, max_runs=16, level=0.01)
     assert alone.poi["close"] == together.poi["close"]
+    assert alone.p_better["close"] == together.p_better["close"]
     with pytest.raises(ValueError, match="max_runs"):
-        race(incumbent, contenders, max_runs=1)
+        race(incumbent, contenders, max_runs=1, level=0.01)
+    with pytest.raises(ValueError, match="level"):
+        race(incumbent, contenders, max_runs=8, level=1.0)
 
 
 def test_a_runs_races_spend_at_most_its_selection_error_however_many_it_holds():
-    looks = 3
-    confidences = [race_confidence(r, looks, 0.05) for r in range(1, 100_001)]
+    plans = [race_plan(r, 4, 8, 0.05) for r in range(1, 20_001)]
     # one-sided error per look, over every look of every race: the union bound
-    spent = sum(looks * (1.0 - c) / 2.0 for c in confidences)
-    assert spent <= 0.05 and spent > 0.0499  # all of it, over enough races
-    early = confidences[:1000]
-    assert all(a < b < 1.0 for a, b in zip(early, early[1:]))  # later races: stricter
-    assert race_confidence(1, 3, 0.05) == pytest.approx(1.0 - 2.0 * 0.05 * 6 / np.pi**2 / 3)
+    spent = sum(sum(plan.levels.values()) for plan in plans)
+    assert 0.0499 < spent <= 0.05  # all of it, over enough races
+    first = plans[0]
+    assert first.cap == 8 and first.levels == pytest.approx({4: 0.0304 / 2, 8: 0.0304 / 2}, 1e-2)
 
 
-@pytest.mark.parametrize(("number", "looks", "error"), [(0, 3, 0.05), (1, 0, 0.05), (1, 3, 1.0)])
-def test_a_race_confidence_needs_a_race_a_look_and_an_error_rate_below_one(number, looks, error):
+def test_a_race_spends_only_on_looks_that_can_call_better():
+    # the demo's design (rounds of 4, cap 12): at 4 a side the smallest p-value is 1/70, above
+    # a third of race 1's share (0.0101), so the share goes to the looks at 8 and 12
+    plan = race_plan(1, 4, 12, 0.05)
+    share = 0.05 * 6 / np.pi**2
+    assert plan.cap == 12 and plan.levels == pytest.approx({4: 0.0, 8: share / 2, 12: share / 2})
+    assert plan.level(4) == 0.0 and plan.level(5) == 0.0  # an unforeseen look spends nothing
+
+
+def test_a_late_race_gets_the_rounds_it_needs_to_stay_winnable():
+    # minatar-cpu's design (rounds of 4, cap 8): 1/C(16, 8) = 1/12870 is the smallest p at 8
+    share = lambda r: 0.05 * 6 / (np.pi**2 * r**2)  # noqa: E731
+    last_at_eight = max(r for r in range(1, 100) if share(r) >= 1 / 12870)
+    assert race_plan(last_at_eight, 4, 8, 0.05).cap == 8
+    late = race_plan(last_at_eight + 1, 4, 8, 0.05)
+    assert late.cap == 12 and late.levels[12] >= 1 / 2704156  # 1/C(24, 12): winnable
+    for plan in (race_plan(r, 4, 8, 0.05) for r in range(1, 2000)):
+        best = max(plan.levels.values())
+        assert best > 0.0 and best * np.count_nonzero(list(plan.levels.values())) <= 0.05
+
+
+@pytest.mark.parametrize(("number", "rounds", "error"), [(0, 4, 0.05), (1, 0, 0.05), (1, 4, 1.0)])
+def test_a_race_plan_needs_a_race_a_round_and_an_error_rate_below_one(number, rounds, error):
     with pytest.raises(ValueError):
-        race_confidence(number, looks, error)
+        race_plan(number, rounds, 8, error)

@@ -68,6 +68,12 @@ def run(path, cfg, **evaluator):
     return result, rows, events, log
 
 
+def decided(events):
+    """The races' decisive looks: each race's last (a clearly better child is undecided at 4
+    seeds a side, where the exact test cannot call BETTER, and wins at 8)."""
+    return [d for kind, d in events if kind == "confirm" and d["verdict"] != "undecided"]
+
+
 def choices(rows, events):
     """Everything the search decided: the programs, their lineage, and the incumbents."""
     programs = [(r["id"], r["code"], tuple(r["parent_ids"] or ()), r["status"]) for r in rows]
@@ -96,17 +102,25 @@ def test_runs_with_different_test_envs_make_the_same_proposals_and_selections(
     assert all(tested_a[k] != tested_b[k] for k in tested_a)  # the test envs were measured
 
 
-def test_a_child_clearly_better_on_validation_wins_after_one_round(tmp_path, role_suites):
+def test_a_child_clearly_better_on_validation_wins_at_the_first_look_that_can_call_it(
+    tmp_path, role_suites
+):
     _, rows, events, log = run(tmp_path / "a.db", config(), validation_gain=1.0)
     races = [d for kind, d in events if kind == "confirm"]
-    assert races and races[0]["verdict"] == "better" and races[0]["runs"] == 4
-    # the run's first race, three looks (4, 8, 12 seeds): its share of the run's 0.05
-    assert races[0]["confidence"] == statistics.race_confidence(1, 3, 0.05)
+    # the run's first race looks at 4, 8 and 12 seeds; at 4 a side the exact test's smallest
+    # p-value, 1/70, lies above a third of the race's share of 0.05, so that look spends
+    # nothing and the share is split between 8 and 12
+    plan = statistics.race_plan(1, 4, 12, 0.05)
+    assert [(d["verdict"], d["runs"], d["level"]) for d in races[:2]] == [
+        ("undecided", 4, 0.0),
+        ("better", 8, plan.level(8)),
+    ]
+    assert races[0]["p"] == 1 / 70 and races[1]["p"] <= plan.level(8) and races[1]["cap"] == 12
     incumbents = [d["incumbent"] for kind, d in events if kind == "generation"]
-    assert incumbents[0] == races[0]["id"]
-    winner = next(r for r in rows if r["id"] == races[0]["id"])
+    assert incumbents[0] == races[1]["id"]
+    winner = next(r for r in rows if r["id"] == races[1]["id"])
     assert winner["validation"] is not None and winner["validation_low"] is not None
-    assert len(winner["validation_seeds"]) == 4 and 0 not in winner["validation_seeds"]
+    assert len(winner["validation_seeds"]) == 8 and 0 not in winner["validation_seeds"]
     # validation rounds score only the validation envs; the winner's test is measured after
     validation_rounds = [entry for entry in log if entry[0] == ("validation", "validation")]
     assert validation_rounds[0][1] == 2  # incumbent and challenger in one batch: shared seeds
@@ -128,7 +142,9 @@ def test_a_close_child_is_raced_to_the_cap_and_keeps_the_incumbent(tmp_path, rol
     races = [d for kind, d in events if kind == "confirm"]
     assert races and races[-1]["verdict"] == "tie" and races[-1]["runs"] == 12
     assert [d["runs"] for d in races] == [4, 8, 12]
-    assert len({d["confidence"] for d in races}) == 1  # one race: every look at its confidence
+    # one race: every look at its plan's level, the first (4 a side) at none
+    plan = statistics.race_plan(1, 4, 12, 0.05)
+    assert [d["level"] for d in races] == [plan.level(4), plan.level(8), plan.level(12)]
     incumbent = [d["incumbent"] for kind, d in events if kind == "generation"][-1]
     assert incumbent in {r["id"] for r in rows if r["is_seed"]}
     # every validation round drew seeds neither had seen
@@ -153,7 +169,7 @@ def test_a_copy_in_behaviour_of_the_incumbent_is_stopped_after_one_paired_round(
             "child" if role == "validation" and source not in SEEDS else source
         ),
     )
-    races = [d for kind, d in events if kind == "confirm"]
+    races = decided(events)
     copies = [d for kind, d in events if kind == "duplicate"]
     assert [d["verdict"] for d in races] == ["better"]
     winner = races[0]["id"]
@@ -162,9 +178,10 @@ def test_a_copy_in_behaviour_of_the_incumbent_is_stopped_after_one_paired_round(
     incumbents = [d["incumbent"] for kind, d in events if kind == "generation"]
     assert incumbents == [winner] * 3
     rounds = [entry for entry in log if entry[0] == ("validation", "validation")]
-    # the winner's race (both, fresh seeds), then one round per copy, alone, on its seeds
-    assert [n for _, n, _ in rounds] == [2] + [1] * len(copies)
-    assert all(seeds == rounds[0][2] for _, _, seeds in rounds)
+    # the winner's race (both, two rounds of fresh seeds), then one round per copy, alone,
+    # on the seeds of the winner's first round
+    assert [n for _, n, _ in rounds] == [2, 2] + [1] * len(copies)
+    assert all(seeds == rounds[0][2] for _, _, seeds in rounds[2:])
 
 
 def test_the_proposer_sees_neither_test_envs_nor_test_numbers(tmp_path, role_suites):
@@ -199,7 +216,7 @@ def test_a_race_winner_that_collapses_past_the_budget_is_refused(tmp_path, role_
     _, rows, events, log = run(
         tmp_path / "a.db", config(budget=3, stability=5.0), validation_gain=1.0, long_gain=-1.0
     )
-    races = [d for kind, d in events if kind == "confirm"]
+    races = decided(events)
     checks = [d for kind, d in events if kind == "stability"]
     assert [d["verdict"] for d in races] == ["better"]
     assert [(d["id"], d["verdict"], d["factor"], d["runs"]) for d in checks] == [
@@ -311,7 +328,7 @@ def test_a_race_an_evaluator_fault_stopped_is_run_again_after_the_next_generatio
     ]
     assert len(faults) == 1 and "races again after the next generation" in faults[0]
     challenger = faults[0].split("'")[0]
-    races = [d for kind, d in events if kind == "confirm"]
+    races = decided(events)
     assert races[0]["id"] == challenger and races[0]["verdict"] == "better"
     generation = {r["id"]: r["generation"] for r in rows}
     assert generation[challenger] == 1
@@ -364,5 +381,5 @@ def test_a_voided_race_is_retried_by_a_resumed_run(tmp_path, role_suites):
                 settings, log, validation_gain=1.0, void=void
             ),
         ).run()
-    races = [d for kind, d in again if kind == "confirm"]
+    races = decided(again)
     assert races[0]["id"] == challenger and races[0]["verdict"] == "better"

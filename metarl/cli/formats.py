@@ -18,6 +18,14 @@ def fmt(value, digits: int = 3) -> str:
     return str(value)
 
 
+def fmt_p(value) -> str:
+    """A p-value or a test's level in 3 significant digits (they reach 1e-5 and below: a race's
+    level late in a run); "—" for None."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "—"
+    return f"{value:.3g}"
+
+
 def fmt_compact(value, digits: int = 3) -> str:
     """Like `fmt`, but large values in `digits` significant digits and "-" for none."""
     if value is None or (isinstance(value, float) and not math.isfinite(value)):

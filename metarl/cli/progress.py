@@ -19,7 +19,7 @@ from rich.text import Text
 
 from metarl.cli.board import fate_text, incumbent_text, leaderboard_table
 from metarl.cli.console import cells, console, say, untrusted
-from metarl.cli.formats import fmt, fmt_seconds
+from metarl.cli.formats import fmt, fmt_p, fmt_seconds
 from metarl.cli.verdict import STAGE_LABELS
 from metarl.evaluation.text import printable
 
@@ -115,7 +115,8 @@ class Display:
                 f"{data.get('incumbent') or '—'} on "
                 f"validation: {fmt(data['confirmed'])} over {data.get('runs')} seeds, "
                 f"P(better) {fmt(data.get('poi'))} [{fmt(data.get('poi_low'))}, "
-                f"{fmt(data.get('poi_high'))}]: {data.get('verdict')}"
+                f"{fmt(data.get('poi_high'))}], exact p {fmt_p(data.get('p'))} at level "
+                f"{fmt_p(data.get('level'))}: {data.get('verdict')}"
             )
         elif kind == "stability":
             verdict = data.get("verdict")

@@ -108,7 +108,7 @@ class DiscoverConfig:
     confirm_seeds: int | None = None  # seeds per validation round; default: twice `seeds`
     race_seeds: int | None = None  # the most validation seeds a contender gets; default 3 rounds
     # the chance that any race of the run calls a challenger BETTER by luck: spent over the
-    # run's races and their looks (evaluation/statistics.py race_confidence)
+    # run's races and their looks (evaluation/statistics.py race_plan)
     selection_error: float = 0.05
     # the race's winner is also trained, paired with the incumbent on fresh seeds, at this many
     # times `timesteps` on the validation envs, and refused when significantly worse there (a

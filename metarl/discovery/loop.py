@@ -164,11 +164,13 @@ class DiscoveryLoop:
         if self.config.seed_values is None:
             cfg = self.config
             # a candidate's selection seeds, its validation rounds and its test measurement
-            # never share a seed: the pool holds all three
-            counts = [cfg.seeds] + [cfg.race_seeds, cfg.confirm_seeds] * cfg.confirm
+            # never share a seed: the pool holds all three; a late race may get a round past
+            # `race_seeds` to stay winnable (statistics.race_plan)
+            raced = cfg.race_seeds + cfg.confirm_seeds
+            counts = [cfg.seeds] + [raced, cfg.confirm_seeds] * cfg.confirm
             # a stability round is fresh to both sides' selection and validation seeds
             checked = bool(cfg.confirm and cfg.stability)
-            counts += [cfg.seeds, cfg.race_seeds, cfg.confirm_seeds] * checked
+            counts += [cfg.seeds, raced, cfg.confirm_seeds] * checked
             size = pool_size(sum(counts))
             pool = list(self.state.seed_pool or [])
             if len(pool) < size:  # new, or a run from before races: more values, same secret

@@ -110,25 +110,26 @@ class Races:
 
         A round trains both (one batch: the same fresh seeds) or only the one with fewer
         validation runs; after each, `statistics.race` compares their validation score
-        matrices: BETTER wins, WORSE or TIE (the `race_seeds` cap reached, undecided) keeps
-        the incumbent, UNDECIDED runs another round. Every look is tested at the confidence
-        that keeps the run's chance of any lucky BETTER below `selection_error` (the race's
-        number in the run spends it: statistics.race_confidence). Every round is archived, so a
-        resumed run continues the race where it stood.
+        matrices: BETTER wins, WORSE or TIE (the plan's cap reached, undecided) keeps
+        the incumbent, UNDECIDED runs another round. Every look is tested at the level that
+        keeps the run's chance of any lucky BETTER below `selection_error` (the race's number
+        in the run spends it, and sets its cap: statistics.race_plan). Every round is archived,
+        so a resumed run continues the race where it stood.
 
         Returns:
             Whether the challenger won.
         """
-        cap = int(self.config.race_seeds)
         enough = int(self.config.confirm_seeds)
         state = self.book.state
         if challenger not in state.races:  # a resumed race keeps its number
             state.races.append(challenger)
-        confidence = statistics.race_confidence(
+        plan = statistics.race_plan(
             state.races.index(challenger) + 1,
-            -(-cap // enough),  # a look per round: `enough` more seeds each, up to `cap`
+            enough,
+            int(self.config.race_seeds),
             float(self.config.selection_error),
         )
+        cap = plan.cap
         while True:
             if self._same_behaviour(incumbent, challenger):
                 return False
@@ -138,12 +139,19 @@ class Races:
                 paired = roles.comparable(tables[incumbent], tables[challenger])
                 if paired is None:  # no env both define: nothing to compare on
                     return False
+                level = plan.level(runs[challenger])
                 decision = statistics.race(
-                    paired[0], {challenger: paired[1]}, max_runs=cap, confidence=confidence
+                    paired[0], {challenger: paired[1]}, max_runs=cap, level=level
                 )
                 verdict = decision.verdicts[challenger]
-                poi = decision.poi[challenger]
-                self._emit_race(challenger, incumbent, verdict, poi, runs[challenger], confidence)
+                self._emit_race(
+                    challenger,
+                    incumbent,
+                    verdict,
+                    decision.poi[challenger],
+                    runs[challenger],
+                    {"p": decision.p_better[challenger], "level": level, "cap": cap},
+                )
                 if verdict != statistics.UNDECIDED:
                     return verdict == statistics.BETTER
             behind = [c for c in (incumbent, challenger) if runs[c] <= runs[challenger]]
@@ -194,8 +202,13 @@ class Races:
     def stable(self, incumbent: str, challenger: str) -> bool:
         """Whether the race's winner holds at `stability` times the budget: one round of both,
         paired on fresh seeds, on the validation envs; refused when it is significantly worse
-        on any of them (`statistics.race` on that env alone: its P(better) interval below
-        0.5, each env tested at 1 - 0.05 / envs), or when the round scored nothing. Env by
+        on any of them (`statistics.compare` on that env alone: its P(better) bootstrap
+        interval below 0.5, each env at 1 - 0.05 / envs), or when the round scored nothing.
+        The bootstrap, not the race's exact test: the check is one round of `confirm_seeds`
+        (4 at the demo scale), where the exact test's smallest p-value (1/70) lies above the
+        one-sided 0.0125 of two envs, so it could never refuse; a bootstrap too narrow at 4
+        runs refuses more often, the safe side for a check that can only keep the incumbent.
+        Env by
         env, not their mean: measured on the demo suite, the collapsing drift scored 0.28 x
         PPO on Breakout-MinAtar at 5x the budget (LPO 1.17) and 1.00 on Catch, which every
         program solves, and the mean's P(better) interval reached 0.5 (a tie). A resumed run
@@ -221,13 +234,10 @@ class Races:
         confidence = 1.0 - (1.0 - BOOTSTRAP_CONFIDENCE) / len(envs)
         verdicts = []
         for column, env in enumerate(envs):
-            decision = statistics.race(
-                ours[:, [column]],
-                {challenger: theirs[:, [column]]},
-                max_runs=max(2, theirs.shape[0]),
-                confidence=confidence,
+            comparison = statistics.compare(
+                theirs[:, [column]], ours[:, [column]], confidence=confidence
             )
-            verdicts.append((decision.verdicts[challenger], decision.poi[challenger], env))
+            verdicts.append((comparison.verdict, comparison.poi, env))
         worse = [entry for entry in verdicts if entry[0] == statistics.WORSE]
         verdict, poi, env = min(worse or verdicts, key=lambda entry: entry[1].point)
         if verdict == statistics.UNDECIDED:  # one round is all the check spends
@@ -301,7 +311,7 @@ class Races:
         return scored
 
     # -- events -----------------------------------------------------------------------------
-    def _emit_race(self, cid, incumbent, verdict, poi, runs, confidence) -> None:
+    def _emit_race(self, cid, incumbent, verdict, poi, runs, test) -> None:
         row = self.archive.candidate(cid)
         data = {"id": cid, "name": row["name"], "fitness": row["fitness"]}
         data.update(
@@ -312,7 +322,7 @@ class Races:
             poi_low=poi.low,
             poi_high=poi.high,
             runs=runs,
-            confidence=confidence,
+            **test,
         )
         self.emit("confirm", data)
 

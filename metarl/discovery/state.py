@@ -141,7 +141,7 @@ class RunState:
     # (the report's incumbent line: archives/report_rows.py); absent until the first one
     incumbents: list[dict] = field(default_factory=list)
     # the challengers raced so far, in order: a race's number spends the run's selection error
-    # (evaluation/statistics.py race_confidence); absent until the first race
+    # (evaluation/statistics.py race_plan); absent until the first race
     races: list[str] = field(default_factory=list)
     # challengers whose contest an evaluator fault stopped: id -> {incumbent, attempts}
     # (races.py: raced again after the next generation); absent until the first such fault

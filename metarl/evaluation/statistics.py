@@ -47,6 +47,7 @@ import numpy as np
 import rliable.metrics
 import scipy.stats
 
+from metarl.evaluation import permutation
 from metarl.rl.scoring import BOOTSTRAP_CONFIDENCE, BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED
 
 # (runs x tasks) normalised scores; anything `np.asarray` makes into that shape is accepted
@@ -58,6 +59,12 @@ VERDICTS = (BETTER, WORSE, UNDECIDED, TIE)
 
 # P(X > Y) when X and Y are indistinguishable; a significant improvement excludes it
 NO_IMPROVEMENT = 0.5
+
+# a race stops a contender whose exact one-sided p-value of being worse is at most this: the
+# bootstrap's nominal one-sided error. It spends none of the run's error (it can only keep the
+# incumbent), and 1/70, the smallest p at 4 runs a side, lies below it: a clear loser stops
+# after one round
+FUTILITY = (1.0 - BOOTSTRAP_CONFIDENCE) / 2.0
 
 
 class Estimate(NamedTuple):
@@ -78,11 +85,13 @@ class Comparison(NamedTuple):
 
 
 class RaceDecision(NamedTuple):
-    """One round of a race: for each contender (in the order given) its verdict (one of
-    VERDICTS) and its probability of improvement over the incumbent."""
+    """One look at a race: for each contender (in the order given) its verdict (one of
+    VERDICTS), its probability of improvement over the incumbent with the bootstrap interval,
+    and the exact p-value that decided BETTER."""
 
     verdicts: dict[str, str]
     poi: dict[str, Estimate]
+    p_better: dict[str, float]  # the exact test's p-value (`permutation`), which decides
 
     @property
     def to_run(self) -> list[str]:
@@ -311,83 +320,126 @@ def race(
     contenders: Mapping[str, ScoreMatrix],
     *,
     max_runs: int,
+    level: float,
+    futility: float = FUTILITY,
     resamples: int = BOOTSTRAP_RESAMPLES,
     confidence: float = BOOTSTRAP_CONFIDENCE,
     rng_seed: int = BOOTSTRAP_SEED,
 ) -> RaceDecision:
-    """One round of racing contenders against the incumbent on the scores so far.
+    """One look at a race: each contender against the incumbent on the scores so far.
 
-    Each contender's P(contender > incumbent) interval decides: BETTER (low > 0.5), WORSE
-    (high < 0.5: stop spending seeds on it), otherwise UNDECIDED (give it more fresh seeds)
-    unless it already has `max_runs` runs, then TIE (the budget cannot tell them apart).
+    An exact permutation test of P(contender > incumbent) decides (`permutation`): BETTER when
+    its p-value is at most `level`, WORSE when the opposite one-sided p-value is at most
+    `futility` (stop spending seeds on it), otherwise UNDECIDED (give it more fresh seeds)
+    unless it already has `max_runs` runs, then TIE (the budget cannot tell them apart). The
+    bootstrap interval of P(contender > incumbent) is returned to be shown, not to decide: at
+    4-12 runs it is too narrow to carry a stated error (the permutation module says how much).
     A pure decision: the caller draws the seeds, trains, and calls again with the grown
-    matrices. Each contender is compared with the same `rng_seed`, so its verdict does not
-    depend on the other contenders.
+    matrices; a contender's verdict does not depend on the others.
 
-    Every call is a fresh test at `confidence`; racing many contenders over many rounds
-    raises the chance that some contender is called BETTER by luck: `race_confidence` gives
-    the confidence that holds a whole run's chance below a stated rate.
+    Every look is a fresh test at `level`: `race_plan` gives the levels that hold a whole
+    run's chance of any lucky BETTER below a stated rate. WORSE needs no such share: stopping
+    a contender can only keep the incumbent.
 
     Args:
         incumbent_scores: (runs x tasks) normalised scores of the incumbent.
         contenders: name -> (runs x tasks) normalised scores, on the incumbent's tasks.
-        max_runs: the most runs a contender may get; at least 2 (one run gives no interval).
-        resamples, confidence, rng_seed: as in `probability_of_improvement`.
+        max_runs: the most runs a contender may get; at least 2.
+        level: this look's chance of calling BETTER a contender that is no better, in [0, 1)
+            (0: this look cannot call BETTER).
+        futility: the p-value at or below which a contender is called WORSE, in [0, 1).
+        resamples, confidence, rng_seed: the shown interval's, as in
+            `probability_of_improvement`.
 
     Returns:
-        RaceDecision(verdicts, poi), in the contenders' order.
+        RaceDecision(verdicts, poi, p_better), in the contenders' order.
 
     Raises:
-        ValueError: max_runs below 2, or as `probability_of_improvement`.
+        ValueError: max_runs below 2, a level outside [0, 1), or as
+            `probability_of_improvement`.
     """
     if max_runs < 2:
         raise ValueError(f"max_runs is {max_runs}: a race needs at least 2 runs for an interval")
+    for name, value in (("level", level), ("futility", futility)):
+        if not 0.0 <= value < 1.0:
+            raise ValueError(f"{name} is {value}: a chance in [0, 1)")
     incumbent = score_matrix(incumbent_scores, "incumbent_scores")
-    verdicts, pois = {}, {}
+    verdicts, pois, p_better = {}, {}, {}
     for name, scores in contenders.items():
         challenger = score_matrix(scores, f"contender {name!r}")
-        comparison = compare(
+        poi = probability_of_improvement(
             challenger, incumbent, resamples=resamples, confidence=confidence, rng_seed=rng_seed
         )
-        outcome = comparison.verdict
-        if outcome == UNDECIDED and challenger.shape[0] >= max_runs:
-            outcome = TIE
-        verdicts[name], pois[name] = outcome, comparison.poi
-    return RaceDecision(verdicts, pois)
+        p = permutation.permutation_p_values(challenger, incumbent)
+        if p.better <= level:
+            outcome = BETTER
+        elif p.worse <= futility:
+            outcome = WORSE
+        else:
+            outcome = TIE if challenger.shape[0] >= max_runs else UNDECIDED
+        verdicts[name], pois[name], p_better[name] = outcome, poi, p.better
+    return RaceDecision(verdicts, pois, p_better)
 
 
-def race_confidence(race_number: int, looks: int, error_rate: float) -> float:
-    """The confidence every look of a run's `race_number`-th race is tested at, so that the
-    chance that the whole run ever calls a challenger BETTER by luck stays below `error_rate`.
+class RacePlan(NamedTuple):
+    """How a run's race spends its share of the run's error.
 
-    Why: `race` tests afresh at each look, and a run races again after every generation that
-    nominates a challenger; at a fixed 0.95 (one-sided error 0.025 per look), three looks per
-    race and ten races give up to ~0.75 by the union bound (`benchmarks/race_error.py`
-    measures it). Here the run's error is spent over races as error_rate * 6 / (pi^2 r^2)
-    (r = 1, 2, ...: the shares sum to error_rate however many races a run holds, so a resumed
-    or extended run stays within it) and a race's share is split evenly over its looks
-    (Bonferroni: valid for any dependence between looks). BETTER is the lower end of a
-    two-sided interval above 0.5, a one-sided test at (1 - confidence) / 2, so the confidence
-    returned is 1 - 2 * share / looks. The bound is as good as the bootstrap intervals' coverage,
-    which at 4-12 runs is approximate.
+    `levels[runs]` is the level the look at `runs` runs a side is tested at (0: that look
+    cannot call BETTER; it may still stop a WORSE contender); `cap` is the most runs a side
+    gets (a TIE there)."""
+
+    cap: int
+    levels: dict[int, float]
+
+    def level(self, runs: int) -> float:
+        """The level of the look at `runs` runs (0 for a look the plan did not foresee)."""
+        return self.levels.get(int(runs), 0.0)
+
+
+def race_plan(race_number: int, round_seeds: int, race_seeds: int, error_rate: float) -> RacePlan:
+    """The levels of a run's `race_number`-th race, so that the chance that the whole run ever
+    calls a challenger BETTER by luck stays below `error_rate`, and its cap.
+
+    Why: a run races again after every generation that nominates a challenger, and each race
+    looks after every round of fresh seeds. The run's error is spent over races as
+    error_rate * 6 / (pi^2 r^2) (r = 1, 2, ...: the shares sum to error_rate however many
+    races a run holds, so a resumed or extended run stays within it), and a race's share is
+    split evenly over the looks that can call BETTER (Bonferroni: valid for any dependence
+    between looks). A look at n runs a side cannot when its level is below the exact test's
+    smallest p-value, 1 / C(2n, n) (`permutation.smallest_p`); spending on it would be waste,
+    so the share goes to the latest looks that can, as many as can share it. When not even the
+    last look at `race_seeds` can, the race gets more rounds until it can: a late race must
+    stay winnable. At minatar-cpu's design (rounds of 4, a cap of 8, error 0.05): race 1 looks
+    at 4 and 8 runs at 0.0152 each, races 2-19 only at 8 (0.0076 / r^2 * 4), race 20 on runs
+    to 12; at the demo's (cap 12): race 1 at 8 and 12 runs, 0.0152 each.
 
     Args:
         race_number: 1 for the run's first race, 2 for its second, ...
-        looks: the most times the race is decided (rounds with both sides scored).
+        round_seeds: fresh seeds a side gets per round (a look after each).
+        race_seeds: the most runs a side gets unless the race cannot be won by then.
         error_rate: the run's tolerated chance of any false BETTER, in (0, 1).
 
     Returns:
-        The confidence to pass to `race` (in (0, 1)).
+        RacePlan(cap, levels) with a look every `round_seeds` runs up to the cap.
 
     Raises:
-        ValueError: race_number or looks below 1, or error_rate outside (0, 1).
+        ValueError: race_number or round_seeds below 1, or error_rate outside (0, 1).
     """
-    if race_number < 1 or looks < 1:
-        raise ValueError(f"race {race_number} with {looks} looks: both must be at least 1")
+    if race_number < 1 or round_seeds < 1:
+        raise ValueError(f"race {race_number} in rounds of {round_seeds}: both must be at least 1")
     if not 0.0 < error_rate < 1.0:
         raise ValueError(f"error_rate is {error_rate}: it must lie strictly between 0 and 1")
     share = error_rate * 6.0 / (np.pi**2 * race_number**2)
-    return 1.0 - 2.0 * share / looks
+    rounds = max(1, -(-int(race_seeds) // round_seeds))
+    while True:
+        looks = [round_seeds * k for k in range(1, rounds + 1)]
+        for first in range(rounds):
+            spending = looks[first:]
+            level = share / len(spending)
+            if permutation.smallest_p(spending[0], spending[0]) <= level:
+                levels = {runs: (level if runs in spending else 0.0) for runs in looks}
+                return RacePlan(looks[-1], levels)
+        rounds += 1
 
 
 def _check_settings(resamples: int, confidence: float) -> None:

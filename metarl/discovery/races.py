@@ -208,8 +208,7 @@ class Races:
         (4 at the demo scale), where the exact test's smallest p-value (1/70) lies above the
         one-sided 0.0125 of two envs, so it could never refuse; a bootstrap too narrow at 4
         runs refuses more often, the safe side for a check that can only keep the incumbent.
-        Env by
-        env, not their mean: measured on the demo suite, the collapsing drift scored 0.28 x
+        Env by env, not their mean: measured on the demo suite, the collapsing drift scored 0.28 x
         PPO on Breakout-MinAtar at 5x the budget (LPO 1.17) and 1.00 on Catch, which every
         program solves, and the mean's P(better) interval reached 0.5 (a tie). A resumed run
         re-reads an archived round instead of training it again.

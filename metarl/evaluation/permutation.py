@@ -4,9 +4,10 @@ at 4-12 runs.
 Why not the bootstrap interval. A percentile interval of P(X > Y) from 4-8 runs a side is too
 narrow: when every run of one side beats every run of the other, every resample gives P = 1 and
 the interval [1, 1] clears any confidence. Simulated at minatar-cpu's race design (1 validation
-env, rounds of 4 seeds, a cap of 8; `benchmarks/race_error.py --exact`, 500 runs of 10 races),
-races decided by the bootstrap at the run's spent error of 0.05 crowned a challenger that was no
-better in 0.194 of the runs; decided by this test, in 0.042.
+env, rounds of 4 seeds, a cap of 8; `benchmarks/race_error.py --envs 1 --cap 8`, 500 runs of
+10 races), races decided by the bootstrap at the run's spent error of 0.05 crowned a challenger
+that was no better in 0.194 of the runs; decided by this test (at `statistics.race_plan`'s
+levels), in 0.034.
 
 The test. Under "the challenger is no better" the two sides' runs are exchangeable: any split
 of the pooled runs into n and m is as likely as the one observed. The p-value is the share of

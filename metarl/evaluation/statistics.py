@@ -410,8 +410,8 @@ def race_plan(race_number: int, round_seeds: int, race_seeds: int, error_rate: f
     so the share goes to the latest looks that can, as many as can share it. When not even the
     last look at `race_seeds` can, the race gets more rounds until it can: a late race must
     stay winnable. At minatar-cpu's design (rounds of 4, a cap of 8, error 0.05): race 1 looks
-    at 4 and 8 runs at 0.0152 each, races 2-19 only at 8 (0.0076 / r^2 * 4), race 20 on runs
-    to 12; at the demo's (cap 12): race 1 at 8 and 12 runs, 0.0152 each.
+    at 4 and 8 runs at 0.0152 each, races 2-19 only at 8 (level 0.0304 / r^2), race 20 on
+    runs to 12; at the demo's (cap 12): race 1 at 8 and 12 runs, 0.0152 each.
 
     Args:
         race_number: 1 for the run's first race, 2 for its second, ...

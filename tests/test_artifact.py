@@ -8,6 +8,7 @@ honest artifacts are exact, elementwise and independent of how many elements are
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import jax
@@ -283,6 +284,20 @@ def test_a_forged_debug_print_is_refused():
 def test_garbage_bytes_are_refused(blobs, reason):
     with pytest.raises(ArtifactRejected, match=reason):
         artifact.load_variants(blobs, SIGNATURE, "cpu")
+
+
+def test_a_flatbuffer_whose_module_or_vjp_bytes_do_not_parse_is_refused():
+    # deserialize reads only the flatbuffer; the StableHLO bytes are parsed later, and a
+    # byte-flipped artifact raised JaxRuntimeError there, which was blamed on the evaluator
+    ((name, blob),) = honest(DRIFT).items()
+    exported = jax_export.deserialize(bytearray(blob))
+    bad_module = dataclasses.replace(exported, mlir_module_serialized=b"garbage")
+    with pytest.raises(ArtifactRejected, match="the artifact's module does not parse"):
+        artifact.load_variants({name: bytes(bad_module.serialize(vjp_order=0))}, SIGNATURE, "cpu")
+    vjp = dataclasses.replace(exported.vjp(), mlir_module_serialized=b"garbage")
+    bad_vjp = dataclasses.replace(exported, _get_vjp=lambda _: vjp)
+    with pytest.raises(ArtifactRejected, match="the artifact's VJP module does not parse"):
+        artifact.load_variants({name: bytes(bad_vjp.serialize(vjp_order=1))}, SIGNATURE, "cpu")
 
 
 def test_wrong_signatures_are_refused():

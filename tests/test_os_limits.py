@@ -350,34 +350,48 @@ report.write("done\\n")
 """
 
 
+def _scan(text: str, start: int, stop: int, left: float) -> tuple[list[str], int]:
+    """Run SCAN over positions [start, stop) for at most `left` seconds (killed 30 s later):
+    the positions it reported, and its exit status."""
+    read_end, write_end = os.pipe()
+    process = subprocess.Popen(
+        [sys.executable, "-c", SCAN, text, str(write_end), str(start), str(stop), str(left)],
+        pass_fds=(write_end,),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    os.close(write_end)
+    watchdog = threading.Timer(left + 30.0, process.kill)
+    watchdog.start()
+    with os.fdopen(read_end) as report:
+        lines = report.read().split()
+    process.wait()
+    watchdog.cancel()
+    return lines, process.returncode
+
+
 def crashing_flips(blob: bytes, wanted: int, stop: int, budget_s: float) -> list[int]:
-    """Byte positions whose flip (xor 0xFF) crashes JAX's deserialiser in a subprocess, found
-    within `budget_s`: the scan stops itself there, and is killed 30 s later should a flip
-    hang the deserialiser (a hang is not a crash: not counted). Why the scan's own clock: a
-    scan that finds no crash reads the whole blob, and on a loaded machine that outran the
-    test's 600 s limit."""
+    """Byte positions whose flip (xor 0xFF) crashes JAX's deserialiser in a fresh process,
+    found within `budget_s`: the scan stops itself there, and is killed 30 s later should a
+    flip hang the deserialiser (a hang is not a crash: not counted). Why the scan's own clock:
+    a scan that finds no crash reads the whole blob, and on a loaded machine that outran the
+    test's 600 s limit. Why each crash is confirmed alone, twice: the scan parses many flips in
+    one process, and a flip that only corrupts the heap can let a later, harmless one take the
+    blame (seen in CI: the flip named raised an error when parsed alone, and crashed nothing).
+    """
     found, position, deadline = [], 0, time.monotonic() + budget_s
     text = base64.b64encode(blob).decode()
     while len(found) < wanted and position < stop and time.monotonic() < deadline:
-        left = deadline - time.monotonic()
-        read_end, write_end = os.pipe()
-        process = subprocess.Popen(
-            [sys.executable, "-c", SCAN, text, str(write_end), str(position), str(stop), str(left)],
-            pass_fds=(write_end,),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        os.close(write_end)
-        watchdog = threading.Timer(left + 30.0, process.kill)
-        watchdog.start()
-        with os.fdopen(read_end) as report:
-            lines = report.read().split()
-        process.wait()
-        watchdog.cancel()
-        if not lines or lines[-1] == "done" or process.returncode == -signal.SIGKILL:
+        lines, returncode = _scan(text, position, stop, deadline - time.monotonic())
+        if not lines or lines[-1] == "done" or returncode == -signal.SIGKILL:
             break
-        found.append(int(lines[-1]))
-        position = int(lines[-1]) + 1
+        suspect = int(lines[-1])
+        alone = [_scan(text, suspect, suspect + 1, 60.0) for _ in range(2)]
+        if all(
+            code < 0 and code != -signal.SIGKILL and out[-1:] != ["done"] for out, code in alone
+        ):
+            found.append(suspect)
+        position = suspect + 1
     return found
 
 

@@ -142,6 +142,24 @@ class Variant:
     vjp: jax_export.Exported | None
 
 
+def _parsed(read: Callable, what: str):
+    """`read()`, where it parses candidate bytes: whatever the parser raises is a refusal.
+
+    Why: `jax.export.deserialize` reads only the flatbuffer; the StableHLO bytecode and the
+    VJP are parsed later, when `mlir_module()` and `vjp()` are called. A byte-flipped artifact
+    that deserialises then raises there (measured: `JaxRuntimeError: INVALID_ARGUMENT` from
+    `mlir_module()`), which is the candidate's doing, not the evaluator's.
+    """
+    try:
+        return read()
+    except ArtifactRejected:
+        raise
+    except Exception as error:  # the parser's error type varies: JaxRuntimeError, ValueError
+        raise ArtifactRejected(
+            f"the artifact's {what} does not parse ({type(error).__name__})"
+        ) from error
+
+
 def verify(exported, signature: ElementSignature, platform: str) -> Variant:
     """Check that `exported` may run in the trainer.
 
@@ -168,12 +186,12 @@ def verify(exported, signature: ElementSignature, platform: str) -> Variant:
         )
     _check_avals(exported.in_avals, signature.inputs, "input")
     _check_avals(exported.out_avals, signature.outputs, "output")
-    check_module(exported.mlir_module())
+    check_module(_parsed(exported.mlir_module, "module"))
     if not signature.differentiable:
         return Variant(exported, None)
-    if not exported.has_vjp():
+    if not _parsed(exported.has_vjp, "VJP"):
         raise ArtifactRejected("the artifact has no VJP; the trainer differentiates through it")
-    vjp = exported.vjp()
+    vjp = _parsed(exported.vjp, "VJP")
     if (
         vjp.nr_devices != 1
         or vjp.ordered_effects
@@ -183,7 +201,7 @@ def verify(exported, signature: ElementSignature, platform: str) -> Variant:
         raise ArtifactRejected("the artifact's VJP has side effects or disabled checks")
     _check_avals(vjp.in_avals, signature.inputs + signature.outputs, "VJP input")
     _check_avals(vjp.out_avals, signature.inputs, "VJP output")
-    check_module(vjp.mlir_module())
+    check_module(_parsed(vjp.mlir_module, "VJP module"))
     return Variant(exported, vjp)
 
 

@@ -14,11 +14,16 @@ environments (the ones DiscoGen's harness and metarl's trainer step):
 3. Seaquest with its entity buffers (gymnax's `MAX_ENTITIES`, 100 rows per entity kind) cut to
    32 and 16 rows, with the most entities of one kind alive at once in those rollouts (random
    play only: whether a trained agent's episodes stay under a cap is not measured here);
-4. (unless `--no-trainer`) metarl's PPO trainer on Seaquest, Seaquest with collisions skipped,
-   and Breakout, at the protocol's MinAtar config (DiscoGen's: 64 envs x 128 steps).
+4. gymnax's Seaquest against metarl's (`metarl/rl/environments/seaquest.py`: the same game,
+   its bullet collisions found per board cell instead of per pair of rows; tests/test_seaquest.py
+   checks it step for step against gymnax's);
+5. (unless `--no-trainer`) metarl's PPO trainer on Seaquest as gymnax ships it, on metarl's
+   Seaquest, on gymnax's with collisions skipped, and on Breakout, at the protocol's MinAtar
+   config (DiscoGen's: 64 envs x 128 steps).
 
-Every variant is a monkeypatch of gymnax's module globals made before that variant is traced
-and undone after it, in this process only; metarl itself runs gymnax unchanged.
+Every variant of 2, 3 and 5 is a monkeypatch of gymnax's module globals (or of metarl's
+registry, to train on gymnax's Seaquest) made before that variant is traced and undone after it,
+in this process only.
 """
 
 from __future__ import annotations
@@ -72,20 +77,24 @@ def _most_entities(state) -> jax.Array:
     return jnp.max(jnp.stack([jnp.max(count) for count in counts]))
 
 
-def env_rate(name: str, num_steps: int, key: jax.Array) -> EnvRate:
+def env_rate(name: str, num_steps: int, key: jax.Array, env=None) -> EnvRate:
     """Env-only throughput of `name`: NUM_ENVS envs, random actions, one scan of `num_steps`.
 
     Args:
         name: a gymnax environment id.
         num_steps: steps per env in the scan (the rollout is timed on a second call).
         key: PRNG key of the rollout.
+        env: the environment to step (default: gymnax's own, `gymnax.make(name)`).
 
     Returns:
         Its EnvRate.
     """
     import gymnax
 
-    env, params = gymnax.make(name)
+    if env is None:
+        env, params = gymnax.make(name)
+    else:
+        params = env.default_params
     seaquest = name.startswith("Seaquest")
 
     def rollout(key: jax.Array) -> jax.Array:
@@ -163,15 +172,16 @@ def capacity(rows: int) -> contextlib.ExitStack:
     return stack
 
 
-def trainer_rate(name: str, timesteps: int, seeds: int) -> tuple[float, float]:
-    """metarl's PPO trainer (the protocol's suite config) on `name`: (compile s, env-steps/s)."""
+def trainer_rate(name: str, timesteps: int, seeds: int) -> tuple[float, float, tuple]:
+    """metarl's PPO trainer (the protocol's suite config) on `name`: (compile s, env-steps/s,
+    the run's per-seed final returns and learning curve, to compare runs bit for bit)."""
     from metarl.rl.components import Components
     from metarl.rl.suites import get_suite
     from metarl.rl.training import run_training
 
     config = get_suite("discobench").config(name, total_timesteps=timesteps)
     run = run_training(config, Components(), seeds=list(range(seeds)))
-    return run.compile_s, run.steps_per_s
+    return run.compile_s, run.steps_per_s, (tuple(run.final_returns), tuple(run.curve))
 
 
 def machine() -> str:
@@ -192,6 +202,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=500, help="scan length per env (env-only)")
     parser.add_argument("--timesteps", type=int, default=163_840, help="trainer steps per seed")
     parser.add_argument("--seeds", type=int, default=2, help="trainer seeds (vmapped)")
+    parser.add_argument("--repeats", type=int, default=2, help="rounds of the trainer's variants")
     parser.add_argument("--no-trainer", action="store_true")
     args = parser.parse_args()
     key = jax.random.PRNGKey(0)
@@ -241,25 +252,69 @@ def main() -> None:
         rows,
     )
 
+    from metarl.rl.environments import registry
+    from metarl.rl.environments.seaquest import Seaquest
+
+    rows, base = [], None
+    for label, env in (("gymnax's", None), ("metarl's (per-cell collisions)", Seaquest())):
+        rate = env_rate("Seaquest-MinAtar", args.steps, key, env)
+        base = base or rate.steps_per_s
+        rows.append((label, f"{rate.steps_per_s:,.0f}", f"{rate.steps_per_s / base:.2f}x"))
+    table(
+        "Seaquest-MinAtar: gymnax's step and metarl's (the same game)",
+        ("Seaquest", "env-steps/s", "vs gymnax's"),
+        rows,
+    )
+
     if args.no_trainer:
         return
     from gymnax.environments.minatar import seaquest
 
+    def gymnaxs() -> contextlib.AbstractContextManager:
+        return patched(registry, SAME_GAME={})
+
+    def skipped() -> contextlib.ExitStack:
+        stack = contextlib.ExitStack()
+        stack.enter_context(gymnaxs())
+        stack.enter_context(patched(seaquest, collide_bullets=_no_collisions))
+        return stack
+
+    # each variant's patches are made when it is entered (a context made early would be live
+    # for the variants before it); the Seaquest variants alternate, `--repeats` rounds, so that
+    # the machine's load falls on each alike
+    variants = {
+        "Seaquest-MinAtar, gymnax's": gymnaxs,
+        "Seaquest-MinAtar, metarl's": contextlib.nullcontext,
+        "Seaquest-MinAtar, gymnax's, collisions skipped": skipped,
+    }
+    order = [label for _ in range(args.repeats) for label in variants] + ["Breakout-MinAtar"]
+    variants["Breakout-MinAtar"] = contextlib.nullcontext
+    measured: dict[str, list[tuple[float, float]]] = {label: [] for label in variants}
+    outcomes: dict[str, set] = {label: set() for label in variants}
+    for label in order:
+        with variants[label]():
+            compile_s, rate, outcome = trainer_rate(label.split(",")[0], args.timesteps, args.seeds)
+        measured[label].append((compile_s, rate))
+        outcomes[label].add(outcome)
     rows = []
-    variants = (
-        ("Seaquest-MinAtar", contextlib.nullcontext()),
-        ("Seaquest-MinAtar, collisions skipped", patched(seaquest, collide_bullets=_no_collisions)),
-        ("Breakout-MinAtar", contextlib.nullcontext()),
-    )
-    for label, variant in variants:
-        with variant:
-            compile_s, rate = trainer_rate(label.split(",")[0], args.timesteps, args.seeds)
-        rows.append((label, f"{compile_s:.1f}", f"{rate:,.0f}", f"{1e6 / rate:,.0f}"))
+    for label, runs in measured.items():
+        rates = sorted(rate for _, rate in runs)
+        median = rates[len(rates) // 2]
+        spread = f"{rates[0]:,.0f}-{rates[-1]:,.0f}" if len(rates) > 1 else "-"
+        compile_s = min(c for c, _ in runs)
+        rows.append((label, f"{compile_s:.1f}", f"{median:,.0f}", spread, f"{1e6 / median:,.0f}"))
     table(
-        f"metarl's PPO trainer, {args.seeds} seeds x {args.timesteps:,} steps (DiscoGen's config)",
-        ("env", "compile s", "env-steps/s", "s per 1e6 steps"),
+        f"metarl's PPO trainer, {args.seeds} seeds x {args.timesteps:,} steps (DiscoGen's config),"
+        f" Seaquest rows alternated {args.repeats}x",
+        ("env", "compile s", "env-steps/s (median)", "range", "s per 1e6 steps"),
         rows,
     )
+    theirs, mine = outcomes["Seaquest-MinAtar, gymnax's"], outcomes["Seaquest-MinAtar, metarl's"]
+    verdict = "identical, bit for bit" if theirs == mine and len(mine) == 1 else "DIFFER"
+    print(f"PPO on gymnax's Seaquest and on metarl's, every repeat: returns and curve {verdict}")
+    for label in ("gymnax's", "metarl's"):
+        for final, curve in outcomes[f"Seaquest-MinAtar, {label}"]:
+            print(f"  {label}: per-seed final returns {final}, learning curve sum {sum(curve):.4f}")
 
 
 if __name__ == "__main__":

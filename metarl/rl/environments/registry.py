@@ -14,7 +14,7 @@ import gymnax
 import jax
 import jax.numpy as jnp
 
-from metarl.rl.environments import gridworld, levels
+from metarl.rl.environments import gridworld, levels, seaquest
 from metarl.rl.environments.names import (  # noqa: F401 (re-exported: the names of environments)
     VARIANT_SEPARATOR,
     UnknownEnvironment,
@@ -22,6 +22,10 @@ from metarl.rl.environments.names import (  # noqa: F401 (re-exported: the names
     env_family,
     split_variant,
 )
+
+# gymnax games that metarl steps through its own class: the same game, computed faster (each
+# module says how, and its tests check it step by step against gymnax's)
+SAME_GAME = {"Seaquest-MinAtar": seaquest.Seaquest}
 
 
 class Step(NamedTuple):
@@ -47,6 +51,9 @@ class FlatDiscreteEnv:
             raise UnknownEnvironment(
                 f"unknown environment {base!r}; gymnax knows: {', '.join(gymnax.registered_envs)}"
             )
+        elif base in SAME_GAME:
+            self.env = SAME_GAME[base]()
+            self.params = self.env.default_params
         else:
             self.env, self.params = gymnax.make(base)
         self.name = name

@@ -197,6 +197,15 @@ def table(title: str, columns: tuple[str, ...], rows: list[tuple]) -> None:
     Console(width=140).print(out)
 
 
+def relative(measured: list[tuple[str, EnvRate]]) -> list[tuple[str, str, str]]:
+    """Table rows (label, env-steps/s, ratio to the first row's rate)."""
+    base = measured[0][1].steps_per_s
+    return [
+        (label, f"{rate.steps_per_s:,.0f}", f"{rate.steps_per_s / base:.2f}x")
+        for label, rate in measured
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=500, help="scan length per env (env-only)")
@@ -221,16 +230,14 @@ def main() -> None:
     ]
     table("env-only, random actions", ("game", "compile s", "env-steps/s", "vs Breakout"), rows)
 
-    rows, base = [], None
+    measured = []
     for label, variant in knockouts().items():
         with variant:
-            rate = env_rate("Seaquest-MinAtar", args.steps, key)
-        base = base or rate.steps_per_s
-        rows.append((label, f"{rate.steps_per_s:,.0f}", f"{rate.steps_per_s / base:.2f}x"))
+            measured.append((label, env_rate("Seaquest-MinAtar", args.steps, key)))
     table(
         "Seaquest's step, one helper family skipped (cost attribution, not the game)",
         ("variant", "env-steps/s", "vs gymnax's"),
-        rows,
+        relative(measured),
     )
 
     rows, base = [], None
@@ -255,15 +262,14 @@ def main() -> None:
     from metarl.rl.environments import registry
     from metarl.rl.environments.seaquest import Seaquest
 
-    rows, base = [], None
-    for label, env in (("gymnax's", None), ("metarl's (per-cell collisions)", Seaquest())):
-        rate = env_rate("Seaquest-MinAtar", args.steps, key, env)
-        base = base or rate.steps_per_s
-        rows.append((label, f"{rate.steps_per_s:,.0f}", f"{rate.steps_per_s / base:.2f}x"))
+    measured = [
+        (label, env_rate("Seaquest-MinAtar", args.steps, key, env))
+        for label, env in (("gymnax's", None), ("metarl's (per-cell collisions)", Seaquest()))
+    ]
     table(
         "Seaquest-MinAtar: gymnax's step and metarl's (the same game)",
         ("Seaquest", "env-steps/s", "vs gymnax's"),
-        rows,
+        relative(measured),
     )
 
     if args.no_trainer:

@@ -25,7 +25,6 @@ clipped onto its border cells.
 from __future__ import annotations
 
 import types
-from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -93,7 +92,7 @@ def _rebound(function: types.FunctionType, name: str, value: object) -> types.Fu
     return rebound
 
 
-def _methods_calling(cls: type, name: str) -> dict[str, Callable]:
+def _methods_calling(cls: type, name: str) -> dict[str, types.FunctionType]:
     """The methods of `cls` whose own code names the global `name`."""
     return {
         attribute: value

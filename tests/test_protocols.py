@@ -60,7 +60,7 @@ def test_minatar_cpu_gives_a_stage_an_hour_and_a_stability_round_its_factor_more
     from metarl.discovery.records import cascade_settings
 
     config = DiscoverConfig(protocol="minatar-cpu").resolved()
-    assert config.timeout == 3600.0  # a validation round of Seaquest is ~2,000 s on 2 cores
+    assert config.timeout == 3600.0  # a validation round's programs: ~440 s quiet, 2-3x busy
     assert config.stability == 0.0  # ... so no 2x round after it unless asked for
     assert cascade_settings(config, "confirm", None).timeout_s == 3600.0
     asked = DiscoverConfig(protocol="minatar-cpu", stability=2.0).resolved()
@@ -79,8 +79,8 @@ def test_a_baseline_job_gets_one_timeout_per_half_a_million_steps_and_per_env():
         segments = [p for p in plan_runs(settings) if p.role == "validation" and p.stage == "full"]
         return settings.baseline_limit(segments, seeds)
 
-    # a race round at minatar-cpu's scale: Seaquest, 4 seeds x 1e6 steps (~2,000 s on 2 busy
-    # cores) = 8 units of 900 s
+    # a race round at minatar-cpu's scale: Seaquest, 4 seeds x 1e6 steps (~2,000 s of gymnax's
+    # Seaquest on 2 busy cores) = 8 units of 900 s
     assert limit("discobench", 1_000_000, 4) == 7200.0
     assert limit("discobench", 2_000_000, 4) == 14400.0  # a stability round at 2x
     # small work keeps a whole timeout (at least 10 minutes) per env, as before

@@ -74,18 +74,19 @@ PROTOCOLS: dict[str, Protocol] = {
                 "confirm_seeds": 4,
                 "race_seeds": 8,
                 "fidelity": "rungs",
-                # no stability check: Seaquest, the validation game, trains at ~2k steps/s on
-                # 2 busy cores (Breakout ~23k), so a race round (2 programs x 4 seeds x 1e6
-                # steps) already takes ~1 hour there and a 2x check would add two
-                "stability": 0.0,
-                # a stage's wall-clock cap: a candidate's validation round is ~2,000 s of
-                # Seaquest, past the default 900 s
+                # no stability check: a race round (2 programs x 4 seeds x 1e6 steps of
+                # Seaquest, the validation game) took 13 min 19 s from a cold cache on 2 quiet
+                # cores (the baseline's 4 seeds, one vmapped program on one core, ~5 min; then
+                # both programs at once, ~7.5 min; RESULTS.md), and a 2x check would add a
+                # round twice as long per race
+                # a stage's wall-clock cap: a validation round's programs run ~440 s quiet and
+                # 2-3x that on a busy machine, past the default 900 s
                 "timeout": 3600.0,
             },
             "DiscoGen's MinAtar games and config for 2 CPU cores: train Breakout, Freeway; "
             "validation Seaquest; test Asterix, SpaceInvaders; 1e6 steps (122 PPO updates, "
             "where PPO learns), 2 seeds per proposal, validation raced on 4 fresh seeds per "
-            "round (up to 8; Seaquest is slow on a CPU: ~1 hour a round on 2 cores), rungs on, "
+            "round (up to 8; ~13 minutes a round on 2 cores, 5 of them the baseline's), rungs on, "
             "greedy evaluation over 16 episodes; one learning rate (DiscoGen's 1e-3)",
         ),
         Protocol(

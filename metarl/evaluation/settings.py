@@ -130,8 +130,8 @@ class CascadeSettings:
         `timeout_s` (at least 10 minutes) per segment and per BASELINE_STEPS_PER_LIMIT env
         steps of it. The baseline is the evaluator's own program, so its limit only stops a
         hang, and it grows with the work: a validation round's baseline at minatar-cpu's scale
-        (Seaquest-MinAtar, 4 seeds x 1e6 steps: ~2,000 s on 2 busy cores) ran out of a flat
-        900 s, twice in one run, and each time the race scored nothing.
+        (Seaquest-MinAtar, 4 seeds x 1e6 steps: ~2,000 s of gymnax's Seaquest on 2 busy
+        cores) ran out of a flat 900 s, twice in one run, and each time the race scored nothing.
 
         Args:
             segments: the job's planned segments (whole envs).

@@ -61,7 +61,7 @@ def test_minatar_cpu_gives_a_stage_an_hour_and_a_stability_round_its_factor_more
 
     config = DiscoverConfig(protocol="minatar-cpu").resolved()
     assert config.timeout == 3600.0  # a validation round's programs: ~440 s quiet, 2-3x busy
-    assert config.stability == 0.0  # ... so no 2x round after it unless asked for
+    assert config.stability == 0.0  # a race round is ~13 min cold: no 2x round unless asked
     assert cascade_settings(config, "confirm", None).timeout_s == 3600.0
     asked = DiscoverConfig(protocol="minatar-cpu", stability=2.0).resolved()
     stability = cascade_settings(asked, "stability", None)

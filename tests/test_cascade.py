@@ -121,6 +121,38 @@ def test_baseline_seeds_reproduce_ppo_with_adam_exactly(seed_outcomes):
     assert ppo_clip.normalised == adam.normalised == 1.0
 
 
+def test_the_baseline_program_scores_from_its_runs_what_training_it_gives(evaluator):
+    """PPO-clip, the drift task's baseline program, is not trained again as a candidate: its
+    trainer job verifies, probes and fingerprints it, and its scores are the baseline's runs
+    on the batch's seeds. The same program with a local renamed is no copy by source, so it
+    trains, beside it: it must score exactly the same, return for return."""
+    ppo = get_task("drift").seed_program("ppo_clip").source
+    renamed = ppo.replace("clipped_ratio", "kept")
+    assert renamed != ppo
+    copy, trained = evaluator.evaluate_batch([ppo, renamed], "drift")
+    assert copy.passed and trained.passed, (copy.reason, trained.reason)
+    assert copy.sandbox["runs"].startswith("the baseline's") and "runs" not in trained.sandbox
+    assert copy.timings["run"] == 0.0 < trained.timings["run"]
+    assert copy.fingerprint == trained.fingerprint
+    assert len(copy.env_scores) == len(trained.env_scores) > 0
+    for read, run in zip(copy.env_scores, trained.env_scores):
+        assert (read.env, read.stage, read.seeds) == (run.env, run.stage, run.seeds)
+        assert read.total_timesteps == run.total_timesteps
+        assert read.returns == run.returns and read.curve == run.curve
+        assert read.normalised == run.normalised == 1.0
+    assert copy.fitness == trained.fitness == 1.0
+
+
+def test_a_copy_of_a_known_baseline_program_still_stops_as_its_duplicate(evaluator):
+    """Reading the baseline's runs skips training, not the trusted probes: a copy whose
+    fingerprint the run already knows stops there, as it would have."""
+    ppo = get_task("drift").seed_program("ppo_clip").source
+    (first,) = evaluator.evaluate_batch([ppo], "drift")
+    (again,) = evaluator.evaluate_batch([ppo], "drift", {first.fingerprint: "c-1"})
+    assert not again.passed and again.stage == "probes" and again.duplicate_of == "c-1"
+    assert again.env_scores == []
+
+
 def test_an_optimizer_that_never_learns_is_stopped_by_the_short_run(evaluator):
     frozen = (
         "def optimizer(grad, param, momentum, state, step, progress, lr):\n"
@@ -289,7 +321,8 @@ def test_a_batch_isolates_a_candidate_that_kills_its_trainer_and_scores_the_othe
 
 def test_a_candidates_scores_do_not_depend_on_its_batch(seed_outcomes, evaluator):
     lpo = get_task("drift").seed_program("lpo").source
-    ppo_clip = get_task("drift").seed_program("ppo_clip").source
+    # PPO-clip with a local renamed: trained (the seed itself is scored from the baseline's runs)
+    ppo_clip = get_task("drift").seed_program("ppo_clip").source.replace("clipped_ratio", "kept")
     batched = evaluator.evaluate_batch([ppo_clip, lpo], "drift")
     for outcome, name in zip(batched, ("ppo_clip", "lpo")):
         alone = seed_outcomes[("drift", name)]

@@ -58,10 +58,11 @@ from __future__ import annotations
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Callable, Sequence
 
 from metarl.evaluation import baseline_cache
+from metarl.evaluation.env_shares import env_groups, group_settings, merge_outcomes
 from metarl.evaluation.fidelity import rung_reason
 from metarl.evaluation.near_duplicates import KnownPrograms, known_programs
 from metarl.evaluation.outcome import (
@@ -79,6 +80,7 @@ from metarl.evaluation.settings import (
     plan_runs,
     run_configs,
 )
+from metarl.tasks.candidate import normalise_source
 
 logger = logging.getLogger(__name__)
 
@@ -170,6 +172,75 @@ class BatchTraining:
         per_candidate = min(settings.timeout_s, settings.train_timeout_factor * work)
         return max(settings.train_timeout_floor_s, per_candidate * candidates)
 
+    def train_batch(self, task, ready: list, references, known, announce, slots: int) -> None:
+        """Stages 2b-4 of a batch's traced candidates in trainer jobs, all at once: the task's
+        own baseline program (a seed program such as PPO-clip, or a proposal that is its copy)
+        in a job that verifies, probes and fingerprints it and scores it from the baseline's
+        runs (`reuse`); the others in `slots` shares (`train_shares`), or, one candidate alone
+        with slots to spare, its envs in groups (`train_groups`)."""
+        baseline = normalise_source(task.baseline_program().source)
+        copies = [c for c in ready if normalise_source(c.source) == baseline]
+        trained = [c for c in ready if not any(c is copy for copy in copies)]
+        groups = []
+        if len(trained) == 1 and slots > 1:
+            groups = group_settings(self.settings, env_groups(plan_runs(self.settings), slots))
+        jobs = []
+        if copies:
+            logger.info("%d of the batch are %s's baseline program", len(copies), task.name)
+            jobs.append(lambda: self.train(task, copies, references, known, announce, reuse=True))
+        if groups:
+            jobs.append(
+                lambda: self.train_groups(task, trained[0], groups, references, known, announce)
+            )
+        elif trained:
+            jobs.append(
+                lambda: self.train_shares(task, trained, references, known, announce, slots)
+            )
+        with ThreadPoolExecutor(max(1, len(jobs)), thread_name_prefix="metarl-batch") as pool:
+            for future in [pool.submit(job) for job in jobs]:
+                future.result()
+
+    def train_groups(
+        self, task, candidate, groups: list[CascadeSettings], references, known, announce
+    ) -> None:
+        """One candidate's stages 2b-4 as one trainer job per env group at once (`groups`:
+        their settings, the short run in the first; env_shares.py); the outcome merged as one
+        job walking the whole plan would have stopped, and verified against the whole plan."""
+        parts = [
+            replace(candidate, sandbox=dict(candidate.sandbox), timings=dict(candidate.timings))
+            for _ in groups
+        ]
+
+        def train(index: int) -> None:
+            group = groups[index]
+
+            def settings(seeds: Sequence[int]) -> CascadeSettings:
+                return replace(
+                    self.batch_settings(seeds), envs=group.envs, skip_short=group.skip_short
+                )
+
+            batches = BatchTraining(group, self.platform, self.run_trainer, settings, self.clock)
+            report = lambda _part, stage: announce(candidate, stage)  # noqa: E731
+            batches.train(task, [parts[index]], references, known, report)
+
+        with ThreadPoolExecutor(len(groups), thread_name_prefix="metarl-group") as pool:
+            list(pool.map(train, range(len(groups))))
+        before = dict(candidate.timings)
+        candidate.sandbox = {**parts[0].sandbox, "env_groups": [list(g.envs) for g in groups]}
+        for part in parts:  # the trainer jobs' own timings add up; the tracer's are shared
+            for key, value in part.timings.items():
+                if key not in before and isinstance(value, (int, float)):
+                    candidate.timings[key] = candidate.timings.get(key, 0.0) + value
+        outcomes = [p.outcome or Outcome.evaluator_fault("no verdict was reached") for p in parts]
+        settings = self.batch_settings(candidate.seeds.values)
+        try:
+            candidate.outcome = verify_outcome(
+                merge_outcomes(outcomes), plan_runs(settings), references, settings
+            )
+        except MalformedResult as error:
+            logger.error("the env groups' outcomes do not make the plan: %s", error)
+            candidate.outcome = Outcome.evaluator_fault(f"malformed result ({error})")
+
     def train_shares(self, task, ready: list, references, known, announce, slots: int) -> None:
         """Train `ready` as `slots` contiguous shares at once (one per device or Ray task);
         one share, a single trainer job, when there is one slot."""
@@ -199,6 +270,7 @@ class BatchTraining:
         known: KnownPrograms | dict[str, str],
         announce: Callable[[object, str], None],
         isolate: bool = False,
+        reuse: bool = False,
     ) -> None:
         """Stages 2b-4's trusted half for `batch` (cascade._Pending candidates) in one trainer
         job; on a failure, blame whoever caused it (see the module docstring) and train the
@@ -213,6 +285,9 @@ class BatchTraining:
                 near-duplicates stop after the probes.
             announce: `announce(candidate, stage)` as a candidate enters "short" or "full".
             isolate: compile each candidate's training program alone in the trainer.
+            reuse: the batch is the task's own baseline program (copies of it): the trainer
+                verifies, probes and fingerprints it, and its scores are the baseline's runs
+                on the batch's seeds (`baseline_scores`), not trained again.
         """
         plan = plan_runs(self.settings)
         own = self.training_limit(plan, references, 1)
@@ -226,6 +301,7 @@ class BatchTraining:
             return clock.observe(message)
 
         job = self._job(task, batch, batch[0].seeds, references, known, isolate)
+        job["train"] = not reuse
         run = self.run_trainer(job, limit, on_event)
         for position, candidate in enumerate(batch):
             candidate.sandbox.update(
@@ -241,10 +317,10 @@ class BatchTraining:
             candidate.timings.update(run.timings)
         if run.status == "ok" and run.result.get("kind") == "evaluate":
             self._keep_call_sizes(task, batch[0].seeds.values, run.result.get("payload"))
-            self._read_outcomes(run, batch, plan, references)
+            self._read_outcomes(run, batch, plan, references, reuse)
             return
         for part, alone in self._assign(task, batch, run, clock, references, isolate):
-            self.train(task, part, references, known, announce, alone)
+            self.train(task, part, references, known, announce, alone, reuse)
 
     def _assign(
         self, task, batch: list, run: WorkerResult, clock: CandidateClock, references, isolate
@@ -342,9 +418,12 @@ class BatchTraining:
         logger.warning("the control trainer job %s", "works" if works else training_failure(run))
         return works
 
-    def _read_outcomes(self, run: WorkerResult, batch: list, plan, references) -> None:
+    def _read_outcomes(
+        self, run: WorkerResult, batch: list, plan, references, reuse: bool = False
+    ) -> None:
         """Each candidate's Outcome from the trainer's result, validated and rescored here; a
-        malformed result is the trusted trainer's fault, never a candidate's."""
+        malformed result is the trusted trainer's fault, never a candidate's. With `reuse`,
+        one that passed its probes is scored from the baseline's runs (`baseline_scores`)."""
         payload = run.result.get("payload")
         outcomes = payload.get("outcomes") if isinstance(payload, dict) else None
         if not isinstance(outcomes, list) or len(outcomes) != len(batch):
@@ -354,8 +433,18 @@ class BatchTraining:
             return
         for candidate, data in zip(batch, outcomes):
             try:
+                outcome = parse_outcome(data)
+                if (
+                    reuse
+                    and outcome.passed
+                    and outcome.stage == "probes"
+                    and not outcome.env_scores
+                ):
+                    outcome.env_scores, outcome.stage = baseline_scores(plan, references), "full"
+                    outcome.timings.update(compile=0.0, run=0.0)
+                    candidate.sandbox["runs"] = "the baseline's: the same program, seeds and layout"
                 candidate.outcome = verify_outcome(
-                    parse_outcome(data),
+                    outcome,
                     plan,
                     references,
                     self.batch_settings(candidate.seeds.values),
@@ -389,13 +478,7 @@ def verify_outcome(
     Raises:
         MalformedResult: when the runs do not match the plan.
     """
-    # a short run that is the whole run on its env appears once, as that env's "full" score
-    # (unswept: a sweep scores every rate's full run apart from its short row)
-    scored = [
-        entry
-        for i, entry in enumerate(plan)
-        if entry.sweep or not (i > 0 and entry.stage == "full" and entry.key == plan[i - 1].key)
-    ]
+    scored = scored_runs(plan)
     scores = []
     for index, score in enumerate(outcome.env_scores):
         if index >= len(scored) or score.env != scored[index].config.env_name:
@@ -453,3 +536,44 @@ def verify_outcome(
                 raise MalformedResult("a passed candidate is clearly below the bar at a rung")
         score_roles(outcome, settings.lr_aggregation)
     return outcome
+
+
+def scored_runs(plan: list[PlannedRun]) -> list[PlannedRun]:
+    """The planned segments an outcome has a score for, in order: a short run that is the
+    whole run on its env appears once, as that env's "full" score (unswept: a sweep scores
+    every rate's full run apart from its short row)."""
+    return [
+        entry
+        for i, entry in enumerate(plan)
+        if entry.sweep or not (i > 0 and entry.stage == "full" and entry.key == plan[i - 1].key)
+    ]
+
+
+def baseline_scores(plan: list[PlannedRun], references: dict[str, Reference]) -> list:
+    """The scores of the task's own baseline program on a batch: its references' runs.
+
+    The baseline program trained as a candidate is the same computation as the baseline job
+    on the same seeds in the same layout (one vmapped program; rl/training.py), so it returns
+    the baseline's runs bit for bit (tests/test_cascade.py; on minatar-cpu's long run the
+    PPO-clip seed scored exactly 1.0 on all four games). Reading them instead of training it
+    again saves a whole candidate's training: on minatar-cpu's seed batch, one core's ~7
+    minutes of the two (RESULTS.md). Its timings are zero: nothing was compiled or run for it.
+
+    Returns:
+        One EnvScore per `scored_runs(plan)` entry, as the trainer's `_train_group` makes
+        them (rescored by `verify_outcome` like any trainer's).
+    """
+    scores = []
+    for entry in scored_runs(plan):
+        reference = references[entry.key]
+        run = {**reference.run, "compile_s": 0.0, "run_s": 0.0}
+        # an unswept short run that is the whole run scores as that env's full run
+        whole = not entry.sweep and any(
+            e.stage == "full" and e.key == entry.key for e in plan if e is not entry
+        )
+        stage = "full" if entry.stage == "short" and whole else entry.stage
+        lr = entry.config.lr if entry.sweep else None
+        scores.append(
+            env_score(run, reference.baseline_mean, reference.random_mean, entry.role, stage, lr=lr)
+        )
+    return scores

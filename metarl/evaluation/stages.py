@@ -386,6 +386,7 @@ def evaluate_artifacts(
     report: Report = ignore,
     isolate: bool = False,
     known_behaviours: dict[str, list] | None = None,
+    train: bool = True,
 ) -> list[Outcome]:
     """Stages 2-4 for a batch of exported candidates; never executes candidate Python.
 
@@ -409,6 +410,10 @@ def evaluate_artifacts(
         report: receives `stage`, `fingerprint` and `active` events (preflight.py), each with
             a candidate's `index` (`active`: whose programs run from now on, or None).
         isolate: compile each candidate's training program alone.
+        train: False for the task's own baseline program, whose runs the parent already has
+            (cascade.py `Evaluator.evaluate_batch`): verified, probed and fingerprinted, not
+            trained; one that passes the probes comes back passed at stage "probes", with no
+            scores, for the parent to score from the baseline's runs.
 
     Returns:
         One Outcome per artifact, in order.
@@ -439,6 +444,10 @@ def evaluate_artifacts(
             prepared.artifact = artifact
             outcomes.append(prepared.outcome)
             alive.append(prepared)
+    if not train:
+        for candidate in alive:
+            candidate.outcome.passed, candidate.outcome.fault = True, None
+        return outcomes
     programs_by_key: dict = {}  # one program per env family, config and layout
     for group in group_by_config(plan_runs(settings)):
         if not alive:

@@ -249,6 +249,7 @@ def run(job: dict, report) -> dict:
         report,
         isolate=job.get("isolate") is True,
         known_behaviours=job.get("known_behaviours") or {},
+        train=job.get("train") is not False,
     )
     return {
         "outcomes": [outcome.to_dict() for outcome in outcomes],

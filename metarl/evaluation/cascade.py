@@ -42,12 +42,9 @@ the candidate whose programs were running, once it fails alone; the others are t
 without it and score as they would alone. Only what is reproducible without any candidate is an
 *evaluator fault* (`Outcome.evaluator_fault`). Where the executor (executors.py) has several
 slots (one per pinned GPU, or Ray tasks on a cluster), the survivors are split into that many
-shares, trained at once. Two batches use the slots otherwise (batch_training.py `train_batch`):
-the task's own baseline program (the PPO-clip and Adam seeds, or a proposal that is one of them
-by normalised source) is verified, probed and fingerprinted in a trainer job of its own and
-scored from the baseline's runs on the batch's seeds, which it returns bit for bit when trained;
-and a candidate alone in its batch with slots to spare trains its envs in contiguous groups,
-one trainer job each, merged as one job would have stopped (env_shares.py).
+shares, trained at once; the task's own baseline program is probed, not trained (its scores
+are the baseline's runs, bit for bit), and a lone candidate's envs train in groups
+(batch_training.py `train_batch`, env_shares.py).
 
 Normalised score per environment = (R - R_random) / (R_baseline - R_random), where R is the mean
 over seeds of the final return, R_random the uniform random policy's return and R_baseline the

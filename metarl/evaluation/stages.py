@@ -410,10 +410,7 @@ def evaluate_artifacts(
         report: receives `stage`, `fingerprint` and `active` events (preflight.py), each with
             a candidate's `index` (`active`: whose programs run from now on, or None).
         isolate: compile each candidate's training program alone.
-        train: False for the task's own baseline program, whose runs the parent already has
-            (cascade.py `Evaluator.evaluate_batch`): verified, probed and fingerprinted, not
-            trained; one that passes the probes comes back passed at stage "probes", with no
-            scores, for the parent to score from the baseline's runs.
+        train: False: probed, not trained (the baseline program: the parent scores it).
 
     Returns:
         One Outcome per artifact, in order.
@@ -444,7 +441,7 @@ def evaluate_artifacts(
             prepared.artifact = artifact
             outcomes.append(prepared.outcome)
             alive.append(prepared)
-    if not train:
+    if not train:  # passed at stage "probes": scored from the baseline's runs by the parent
         for candidate in alive:
             candidate.outcome.passed, candidate.outcome.fault = True, None
         return outcomes

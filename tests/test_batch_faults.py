@@ -53,7 +53,10 @@ BASE = dict(
     train_timeout_factor=1.0,
 )
 DRIFT, OPTIMIZER = get_task("drift"), get_task("optimizer")
-PPO_CLIP = DRIFT.seed_program("ppo_clip").source
+# the seeds with a local renamed: no copy of the task's baseline program by source, so they
+# train in the batch's one job (the baseline program itself is scored from the baseline's runs)
+PPO_CLIP = DRIFT.seed_program("ppo_clip").source.replace("clipped_ratio", "kept")
+ADAM = OPTIMIZER.seed_program("adam").source.replace("new_state", "next_state")
 WIDE = PPO_CLIP.replace("1.0 - epsilon, 1.0 + epsilon", "1.0 - 1.5 * epsilon, 1.0 + 1.5 * epsilon")
 BREAKER = PPO_CLIP + "# the tracer that exports this one is compromised (forged-breaker)\n"
 MOMENTUM = """
@@ -141,7 +144,7 @@ def evaluator(metarl_cache):
 def alone(evaluator):
     """Each honest candidate's outcome alone: a batch of one, its own trainer."""
     sources = {"drift": [PPO_CLIP, DRIFT.seed_program("lpo").source, WIDE]}
-    sources["optimizer"] = [OPTIMIZER.seed_program(n).source for n in ("adam", "sgd")]
+    sources["optimizer"] = [ADAM, OPTIMIZER.seed_program("sgd").source]
     sources["optimizer"].append(MOMENTUM)
     return {
         (task, source): evaluator.evaluate(source, task)
@@ -195,7 +198,7 @@ def test_a_batch_breaker_fails_alone_in_the_same_trainer_job_and_the_others_scor
 def test_a_training_only_hang_is_stopped_at_its_own_limit_once_and_the_others_score_as_alone(
     evaluator, alone
 ):
-    honest = [OPTIMIZER.seed_program(n).source for n in ("adam", "sgd")] + [MOMENTUM]
+    honest = [ADAM, OPTIMIZER.seed_program("sgd").source] + [MOMENTUM]
     batch = [honest[0], HANG, honest[1], honest[2]]
     start = time.perf_counter()
     jobs, outcomes = trainer_jobs_of(

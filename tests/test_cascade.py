@@ -300,7 +300,8 @@ def test_a_batch_isolates_a_candidate_that_kills_its_trainer_and_scores_the_othe
     settings = CascadeSettings(
         **{**BASE, "train_timeout_floor_s": 20.0, "train_timeout_factor": 1.0, "memory_mb": 4096}
     )
-    adam = get_task("optimizer").baseline_program().source
+    # Adam with a local renamed: trained in the batch (the baseline program itself is not)
+    adam = get_task("optimizer").baseline_program().source.replace("new_state", "next_state")
     with Evaluator(settings, workers=1) as evaluator:
         hog, honest, overflowing = evaluator.evaluate_batch([HOG, adam, OVERFLOWING], "optimizer")
     assert honest.passed and honest.fitness == 1.0, honest.reason

@@ -556,22 +556,21 @@ def baseline_scores(plan: list[PlannedRun], references: dict[str, Reference]) ->
     on the same seeds in the same layout (one vmapped program; rl/training.py), so it returns
     the baseline's runs bit for bit (tests/test_cascade.py; on minatar-cpu's long run the
     PPO-clip seed scored exactly 1.0 on all four games). Reading them instead of training it
-    again saves a whole candidate's training: on minatar-cpu's seed batch, one core's ~7
-    minutes of the two (RESULTS.md). Its timings are zero: nothing was compiled or run for it.
+    again saves a whole candidate's training: on minatar-cpu's seed batch, a 297 s trainer
+    job became 19 s of probes (RESULTS.md). Its timings are zero: nothing was compiled or run.
 
     Returns:
         One EnvScore per `scored_runs(plan)` entry, as the trainer's `_train_group` makes
         them (rescored by `verify_outcome` like any trainer's).
     """
+    full = {entry.key for entry in plan if entry.stage == "full"}
     scores = []
     for entry in scored_runs(plan):
         reference = references[entry.key]
         run = {**reference.run, "compile_s": 0.0, "run_s": 0.0}
         # an unswept short run that is the whole run scores as that env's full run
-        whole = not entry.sweep and any(
-            e.stage == "full" and e.key == entry.key for e in plan if e is not entry
-        )
-        stage = "full" if entry.stage == "short" and whole else entry.stage
+        whole = entry.stage == "short" and not entry.sweep and entry.key in full
+        stage = "full" if whole else entry.stage
         lr = entry.config.lr if entry.sweep else None
         scores.append(
             env_score(run, reference.baseline_mean, reference.random_mean, entry.role, stage, lr=lr)

@@ -9,7 +9,9 @@ Each simulated run holds `--races` races run as discovery runs them (discovery/r
 after every round of `--round` fresh seeds per side, up to `--cap` seeds). Scores are drawn per
 seed and env from a normal distribution with a per-env spread like the demo's validation scores
 (sd 0.15 around 1.0), on `--envs` validation envs (the demo's 2; `minatar-cpu` validates on
-Seaquest alone). Under the null the challenger is drawn like the incumbent: any BETTER is a
+Seaquest alone). Each race draws its scores round by round from its own random stream, so
+the designs see the same scores (entries in RESULTS.md before 2026-12-01 drew every race of a
+run from one stream). Under the null the challenger is drawn like the incumbent: any BETTER is a
 false one. Under an improvement the challenger's mean is `--effect` higher (in units of the
 spread). Rows, each design on the same draws:
 
@@ -19,7 +21,9 @@ spread). Rows, each design on the same draws:
   run's error (`--error`) over races as 6 / (pi^2 r^2) and evenly over a race's looks;
 - "discovery: exact test, race_plan": the race now (`statistics.race` at
   `statistics.race_plan`'s levels: an exact permutation test, the share spent only on looks that
-  can call BETTER, and more rounds for a race that could not be won at `--cap`).
+  can call BETTER, and more rounds for a race that could not be won at `--cap`);
+- "discovery, curtailed": the same, and a race stops as UNWINNABLE when no later look could
+  call BETTER even if every run still to come went the challenger's way (`later`).
 """
 
 from __future__ import annotations
@@ -34,7 +38,12 @@ import numpy as np
 from metarl.evaluation import statistics
 
 SPREAD = 0.15
-DESIGNS = ("0.95 per look, bootstrap", "error spent, bootstrap", "discovery: exact test, race_plan")
+DESIGNS = (
+    "0.95 per look, bootstrap",
+    "error spent, bootstrap",
+    "discovery: exact test, race_plan",
+    "discovery, curtailed",
+)
 
 
 def bootstrap_look(challenger, incumbent, confidence: float, cap: int) -> str:
@@ -50,7 +59,7 @@ def one_race(rng, args, effect: float, design: int, number: int) -> tuple[str, i
     looks = -(-args.cap // args.round)
     share = args.error * 6.0 / (np.pi**2 * number**2)
     plan = statistics.race_plan(number, args.round, args.cap, args.error)
-    cap = plan.cap if design == 2 else args.cap
+    cap = plan.cap if design >= 2 else args.cap
     incumbent = np.empty((0, args.envs))
     challenger = np.empty((0, args.envs))
     while True:
@@ -64,8 +73,9 @@ def one_race(rng, args, effect: float, design: int, number: int) -> tuple[str, i
         elif design == 1:
             verdict = bootstrap_look(challenger, incumbent, 1.0 - 2.0 * share / looks, cap)
         else:
+            later = {n: lv for n, lv in plan.levels.items() if n > runs} if design == 3 else None
             decision = statistics.race(
-                incumbent, {"c": challenger}, max_runs=cap, level=plan.level(runs)
+                incumbent, {"c": challenger}, max_runs=cap, level=plan.level(runs), later=later
             )
             verdict = decision.verdicts["c"]
         if verdict != statistics.UNDECIDED:
@@ -73,12 +83,14 @@ def one_race(rng, args, effect: float, design: int, number: int) -> tuple[str, i
 
 
 def simulate(args, effect: float, design: int) -> tuple[float, float, float]:
-    """(share of runs with any BETTER, share of races won, mean seeds per race)."""
-    rng = np.random.default_rng(args.rng_seed)
+    """(share of runs with any BETTER, share of races won, mean seeds per race). Each race
+    draws from its own stream (`--rng-seed`, run, race), so every design sees the same scores
+    round by round and designs differ only in where they stop and what they call."""
     runs_with_better, won, seeds = 0, 0, 0
-    for _ in range(args.runs):
+    for index in range(args.runs):
         any_better = False
         for number in range(1, args.races + 1):
+            rng = np.random.default_rng([args.rng_seed, index, number])
             verdict, used = one_race(rng, args, effect, design, number)
             any_better |= verdict == statistics.BETTER
             won += verdict == statistics.BETTER
@@ -99,7 +111,7 @@ def main() -> None:
     parser.add_argument("--error", type=float, default=0.05, help="the run's selection error")
     parser.add_argument("--rng-seed", type=int, default=0)
     parser.add_argument(
-        "--designs", default="0,1,2", help="which designs, by index: " + "; ".join(DESIGNS)
+        "--designs", default="0,1,2,3", help="which designs, by index: " + "; ".join(DESIGNS)
     )
     args = parser.parse_args()
     print(f"machine: {platform.node()} ({os.cpu_count()} cores); {args}")

@@ -12,6 +12,7 @@ import pytest
 import rliable.metrics
 
 from metarl.evaluation.permutation import (
+    best_finish_p,
     permutation_p_values,
     smallest_p,
     subset_sum_counts,
@@ -87,3 +88,38 @@ def test_subset_sums_count_every_subset_once():
 def test_malformed_or_non_finite_scores_are_refused(x, y):
     with pytest.raises(ValueError):
         permutation_p_values(x, y)
+
+
+# -- the best finish: how a race knows it can no longer be won (statistics.race's `later`) ----
+
+
+def test_with_one_task_and_no_ties_no_finish_reaches_below_the_best_finish():
+    """3 challenger runs and 4 incumbent runs so far, each side finishing at 5: every way to
+    place the 2 new challenger runs and the 1 new incumbent run among (and beyond) the scores so
+    far, without ties, gives a p-value at least that of the finish beyond every score."""
+    x, y = np.array([[0.2], [0.5], [0.9]]), np.array([[0.3], [0.4], [0.6], [0.8]])
+    slots = [-0.1, 0.25, 0.35, 0.45, 0.55, 0.7, 0.85, 1.0, 1.1]  # one between each pair
+    finishes = [
+        permutation_p_values(np.vstack([x, [[a], [b]]]), np.vstack([y, [[c]]])).better
+        for a, b, c in itertools.permutations(slots, 3)
+    ]
+    extreme = permutation_p_values(np.vstack([x, [[2.0], [3.0]]]), np.vstack([y, [[-1.0]]]))
+    assert min(finishes) == pytest.approx(extreme.better, abs=1e-15)
+    # and the best finish, its new runs tied in every pattern, lies at or below them all
+    assert best_finish_p(x, y, 5, 5) <= min(finishes)
+
+
+def test_the_best_finish_puts_new_runs_beyond_every_score_and_tries_their_ties():
+    x, y = np.array([[1.0], [3.0], [5.0]]), np.array([[4.0]])
+    # the new incumbent runs tied below everything lie one split below the same runs apart
+    apart = permutation_p_values(np.vstack([x, [[9.0]]]), np.array([[4.0], [0], [-1], [-2]]))
+    tied = permutation_p_values(np.vstack([x, [[9.0]]]), np.array([[4.0], [0], [0], [0]]))
+    assert (apart.better, tied.better) == pytest.approx((4 / 70, 3 / 70))
+    assert best_finish_p(x, y, 4, 4) == pytest.approx(3 / 70)
+
+
+def test_a_side_already_complete_finishes_as_it_stands():
+    x, y = np.array([[0.1], [0.9]]), np.array([[0.5], [0.6]])
+    assert best_finish_p(x, y, 2, 2) == permutation_p_values(x, y).better
+    with pytest.raises(ValueError, match="cannot finish"):
+        best_finish_p(x, y, 1, 2)

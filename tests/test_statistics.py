@@ -12,6 +12,7 @@ from metarl.evaluation.statistics import (
     BETTER,
     TIE,
     UNDECIDED,
+    UNWINNABLE,
     WORSE,
     Estimate,
     compare,
@@ -336,3 +337,55 @@ def test_a_late_race_gets_the_rounds_it_needs_to_stay_winnable():
 def test_a_race_plan_needs_a_race_a_round_and_an_error_rate_below_one(number, rounds, error):
     with pytest.raises(ValueError):
         race_plan(number, rounds, 8, error)
+
+
+# the long run's race 4 on minatar-cpu (RESULTS.md): the challenger's first 4 Seaquest runs
+# against the incumbent's 8 (LPO), with the race's one look that can call BETTER at 8 a side
+LONG_RUN_INCUMBENT = column(1.64, 1.64, 0.82, 1.19, 1.47, 1.18, 1.25, 0.52)
+LONG_RUN_CHALLENGER = column(1.38, 1.38, 0.85, 0.69)
+RACE_4 = race_plan(4, 4, 8, 0.05)
+
+
+def test_a_race_no_later_look_can_win_stops_as_unwinnable():
+    """Even if its 4 remaining runs beat every run so far, its p-value at 8 would be 0.09, far
+    above the look's 0.0019: the remaining round could only confirm the loss."""
+    assert RACE_4.levels == {4: 0.0, 8: pytest.approx(0.05 * 6 / np.pi**2 / 16)}
+    later = {runs: level for runs, level in RACE_4.levels.items() if runs > 4}
+    kept = race(LONG_RUN_INCUMBENT, {"c": LONG_RUN_CHALLENGER}, max_runs=8, level=0.0, later=later)
+    assert kept.verdicts == {"c": UNWINNABLE} and kept.to_run == []
+    # not WORSE: the futility test alone would have spent the second round on it
+    alone = race(LONG_RUN_INCUMBENT, {"c": LONG_RUN_CHALLENGER}, max_runs=8, level=0.0)
+    assert alone.verdicts == {"c": UNDECIDED}
+
+
+def test_a_race_a_later_look_could_still_win_goes_on():
+    # the same runs against a look the best finish (p 0.0897) would reach
+    loose = race(
+        LONG_RUN_INCUMBENT, {"c": LONG_RUN_CHALLENGER}, max_runs=8, level=0.0, later={8: 0.1}
+    )
+    assert loose.verdicts == {"c": UNDECIDED}
+    # a look at 0 or one already behind can never be won: they do not keep a race going
+    for later in ({8: 0.0}, {4: 0.5}, {}):
+        decision = race(
+            LONG_RUN_INCUMBENT, {"c": LONG_RUN_CHALLENGER}, max_runs=8, level=0.0, later=later
+        )
+        assert decision.verdicts == {"c": UNWINNABLE}
+
+
+def test_curtailing_never_stops_a_race_its_best_finish_wins():
+    """The challenger's 4 runs so far, then its 4 remaining runs above every run and the
+    incumbent's 4 below: wherever that finish is BETTER at 8 a side, the look at 4 did not
+    call the race UNWINNABLE; and races that finish cannot win were stopped there."""
+    incumbent = column(0.8, 0.95, 1.0, 1.1)
+    stopped, went_on = 0, 0
+    for shift in np.linspace(-0.4, 0.4, 17):
+        challenger = incumbent[[2, 0, 3, 1]] + shift + np.array([[0.01], [0.02], [0.03], [0.04]])
+        first = race(incumbent, {"c": challenger}, max_runs=8, level=0.0152, later={8: 0.0152})
+        top = np.vstack([challenger, np.full((4, 1), 9.0)])
+        bottom = np.vstack([incumbent, np.full((4, 1), -9.0)])
+        finish = race(bottom, {"c": top}, max_runs=8, level=0.0152).verdicts["c"]
+        if finish == BETTER:
+            assert first.verdicts["c"] != UNWINNABLE
+        stopped += first.verdicts["c"] == UNWINNABLE
+        went_on += first.verdicts["c"] == UNDECIDED
+    assert stopped and went_on  # both kinds of race were looked at

@@ -136,6 +136,22 @@ def test_a_child_clearly_worse_on_validation_is_stopped_after_one_round(tmp_path
     assert ("test",) not in [entry[0] for entry in log]  # no new incumbent, no test round
 
 
+def test_a_child_that_can_no_longer_win_is_stopped_after_one_round(tmp_path, role_suites):
+    """Below the incumbent on each paired seed but within the seeds' spread (its runs
+    interleave with the incumbent's, so the futility test does not stop it), and so far below
+    that even with its next 4 runs above every run so far the race's one look that can call
+    BETTER (8 a side, at a run error of 0.01) would not: it stops as unwinnable, after one
+    round instead of two."""
+    cfg = config(budget=3, race_seeds=8, selection_error=0.01)
+    _, rows, events, log = run(tmp_path / "a.db", cfg, validation_gain=-0.5, noise=40.0)
+    races = [d for kind, d in events if kind == "confirm"]
+    assert [(d["verdict"], d["runs"], d["level"]) for d in races] == [("unwinnable", 4, 0.0)]
+    assert races[0]["p"] > 0.5  # the exact p of BETTER: it looks worse, not clearly worse
+    assert len([entry for entry in log if entry[0] == ("validation", "validation")]) == 1
+    incumbent = [d["incumbent"] for kind, d in events if kind == "generation"][-1]
+    assert incumbent in {r["id"] for r in rows if r["is_seed"]}
+
+
 def test_a_close_child_is_raced_to_the_cap_and_keeps_the_incumbent(tmp_path, role_suites):
     # equal validation quality up to the programs' own small differences, large seed noise
     _, rows, events, log = run(tmp_path / "a.db", config(budget=3), validation_gain=0.0, noise=40.0)

@@ -110,8 +110,9 @@ class Races:
 
         A round trains both (one batch: the same fresh seeds) or only the one with fewer
         validation runs; after each, `statistics.race` compares their validation score
-        matrices: BETTER wins, WORSE or TIE (the plan's cap reached, undecided) keeps
-        the incumbent, UNDECIDED runs another round. Every look is tested at the level that
+        matrices: BETTER wins, WORSE, TIE (the plan's cap reached, undecided) or UNWINNABLE
+        (no later look could call it BETTER, whatever its remaining seeds return) keeps the
+        incumbent, UNDECIDED runs another round. Every look is tested at the level that
         keeps the run's chance of any lucky BETTER below `selection_error` (the race's number
         in the run spends it, and sets its cap: statistics.race_plan). Every round is archived,
         so a resumed run continues the race where it stood.
@@ -140,8 +141,9 @@ class Races:
                 if paired is None:  # no env both define: nothing to compare on
                     return False
                 level = plan.level(runs[challenger])
+                later = {n: lv for n, lv in plan.levels.items() if n > runs[challenger]}
                 decision = statistics.race(
-                    paired[0], {challenger: paired[1]}, max_runs=cap, level=level
+                    paired[0], {challenger: paired[1]}, max_runs=cap, level=level, later=later
                 )
                 verdict = decision.verdicts[challenger]
                 self._emit_race(

@@ -55,7 +55,9 @@ ScoreMatrix: TypeAlias = np.ndarray
 
 # What a comparison or a race can conclude about a challenger against the incumbent
 BETTER, WORSE, UNDECIDED, TIE = "better", "worse", "undecided", "tie"
-VERDICTS = (BETTER, WORSE, UNDECIDED, TIE)
+# a race no later look can win, whatever its remaining seeds return (`race`'s `later`)
+UNWINNABLE = "unwinnable"
+VERDICTS = (BETTER, WORSE, UNDECIDED, TIE, UNWINNABLE)
 
 # P(X > Y) when X and Y are indistinguishable; a significant improvement excludes it
 NO_IMPROVEMENT = 0.5
@@ -321,6 +323,7 @@ def race(
     *,
     max_runs: int,
     level: float,
+    later: Mapping[int, float] | None = None,
     futility: float = FUTILITY,
     resamples: int = BOOTSTRAP_RESAMPLES,
     confidence: float = BOOTSTRAP_CONFIDENCE,
@@ -331,7 +334,9 @@ def race(
     An exact permutation test of P(contender > incumbent) decides (`permutation`): BETTER when
     its p-value is at most `level`, WORSE when the opposite one-sided p-value is at most
     `futility` (stop spending seeds on it), otherwise UNDECIDED (give it more fresh seeds)
-    unless it already has `max_runs` runs, then TIE (the budget cannot tell them apart). The
+    unless it already has `max_runs` runs, then TIE (the budget cannot tell them apart), or
+    no look in `later` could call it BETTER even if every run still to come went its way, then
+    UNWINNABLE (`permutation.best_finish_p`: its remaining seeds would buy nothing). The
     bootstrap interval of P(contender > incumbent) is returned to be shown, not to decide: at
     4-12 runs it is too narrow to carry a stated error (the permutation module says how much).
     A pure decision: the caller draws the seeds, trains, and calls again with the grown
@@ -339,7 +344,11 @@ def race(
 
     Every look is a fresh test at `level`: `race_plan` gives the levels that hold a whole
     run's chance of any lucky BETTER below a stated rate. WORSE needs no such share: stopping
-    a contender can only keep the incumbent.
+    a contender can only keep the incumbent; nor does UNWINNABLE. Replayed on minatar-cpu's
+    long run (`benchmarks/race_replay.py`), it stops 7 of its 8 races after the first of two
+    rounds (the eighth stopped there as WORSE), each keeping the incumbent as before; simulated
+    at that design (`race_error.py --envs 1 --cap 8`), 5.1 seeds a race instead of 7.9 when the
+    challenger is no better, and the same races won when it is (RESULTS.md).
 
     Args:
         incumbent_scores: (runs x tasks) normalised scores of the incumbent.
@@ -347,6 +356,8 @@ def race(
         max_runs: the most runs a contender may get; at least 2.
         level: this look's chance of calling BETTER a contender that is no better, in [0, 1)
             (0: this look cannot call BETTER).
+        later: the looks still to come, runs a side -> level (the race plan's levels past
+            this look); at each the incumbent has at least as many runs. None: no curtailing.
         futility: the p-value at or below which a contender is called WORSE, in [0, 1).
         resamples, confidence, rng_seed: the shown interval's, as in
             `probability_of_improvement`.
@@ -375,10 +386,34 @@ def race(
             outcome = BETTER
         elif p.worse <= futility:
             outcome = WORSE
+        elif challenger.shape[0] >= max_runs:
+            outcome = TIE
+        elif later is not None and not winnable(challenger, incumbent, later):
+            outcome = UNWINNABLE
         else:
-            outcome = TIE if challenger.shape[0] >= max_runs else UNDECIDED
+            outcome = UNDECIDED
         verdicts[name], pois[name], p_better[name] = outcome, poi, p.better
     return RaceDecision(verdicts, pois, p_better)
+
+
+def winnable(challenger: ScoreMatrix, incumbent: ScoreMatrix, later: Mapping[int, float]) -> bool:
+    """Whether some later look could still call the challenger BETTER, were every run still to
+    come to go its way (`permutation.best_finish_p`).
+
+    Args:
+        challenger, incumbent: (runs x tasks) scores so far.
+        later: runs a side -> level of each look still to come (a level of 0 cannot call it).
+
+    Returns:
+        True when the best finish reaches its look's level at one of them at least.
+    """
+    for runs, level in sorted(later.items()):
+        if level <= 0 or runs <= challenger.shape[0]:
+            continue
+        theirs = max(int(runs), incumbent.shape[0])
+        if permutation.best_finish_p(challenger, incumbent, runs, theirs) <= level:
+            return True
+    return False
 
 
 class RacePlan(NamedTuple):

@@ -104,7 +104,9 @@ def smallest_p(runs_x: int, runs_y: int) -> float:
     return 1.0 / math.comb(runs_x + runs_y, runs_x)
 
 
-def best_finish_p(x: np.ndarray, y: np.ndarray, runs_x: int, runs_y: int) -> float:
+def best_finish_p(
+    x: np.ndarray, y: np.ndarray, runs_x: int, runs_y: int, enough: float = 0.0
+) -> float:
     """The smallest `better` p-value x could still reach once x has `runs_x` runs and y
     `runs_y`, if every run still to come goes x's way: x's new runs above every score so far
     and y's below every one, on every task. Why: a race that cannot reach its level even so
@@ -124,9 +126,11 @@ def best_finish_p(x: np.ndarray, y: np.ndarray, runs_x: int, runs_y: int) -> flo
         x: (runs x tasks) finite scores of the challenger so far.
         y: (runs x tasks) finite scores of the other side so far, on the same tasks.
         runs_x, runs_y: the runs each side will have (at least what it has).
+        enough: a p-value at which to stop looking (the first finish at or below it is
+            returned): a race only asks whether its level can be reached. 0: the smallest.
 
     Returns:
-        The smallest p-value over those finishes, in (0, 1].
+        The smallest p-value over those finishes, in (0, 1] (or the first at most `enough`).
     """
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     new_x, new_y = int(runs_x) - x.shape[0], int(runs_y) - y.shape[0]
@@ -140,6 +144,8 @@ def best_finish_p(x: np.ndarray, y: np.ndarray, runs_x: int, runs_y: int) -> flo
             ours = np.vstack([x, _stacked(ties_x, top, +1.0)])
             theirs = np.vstack([y, _stacked(ties_y, bottom, -1.0)])
             best = min(best, permutation_p_values(ours, theirs).better)
+            if best <= enough:
+                return best
     return best
 
 

@@ -411,7 +411,7 @@ def winnable(challenger: ScoreMatrix, incumbent: ScoreMatrix, later: Mapping[int
         if level <= 0 or runs <= challenger.shape[0]:
             continue
         theirs = max(int(runs), incumbent.shape[0])
-        if permutation.best_finish_p(challenger, incumbent, runs, theirs) <= level:
+        if permutation.best_finish_p(challenger, incumbent, runs, theirs, enough=level) <= level:
             return True
     return False
 

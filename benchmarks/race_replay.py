@@ -80,10 +80,17 @@ def main() -> None:
                     if verdict != statistics.UNDECIDED:
                         decided[name] = (verdict, runs)
             known |= trained_with
-            if len(decided) < 2:  # the archived rounds ended undecided (a fault stopped it)
-                print(f"| {number} | {cid} | {'; '.join(looks)} | undecided | | |")
+            if "curtailed" not in decided:  # the archived rounds ended undecided (a fault)
+                print(f"| {number} | {cid} | {'; '.join(looks)} | undecided | undecided | |")
                 continue
-            (v_run, n_run), (v_cut, n_cut) = decided["uncurtailed"], decided["curtailed"]
+            v_cut, n_cut = decided["curtailed"]
+            if "uncurtailed" not in decided:  # a curtailed run: its later rounds never ran
+                print(
+                    f"| {number} | {cid} | {'; '.join(looks)} | undecided at {n_cut} (not run "
+                    f"further) | {v_cut} at {n_cut} | |"
+                )
+                continue
+            v_run, n_run = decided["uncurtailed"]
             # the runs after the curtailed look: the challenger's, and the incumbent's where
             # this race trained it
             later_rounds = set(mine[n_cut // step : n_run // step])

@@ -200,6 +200,33 @@ def test_a_copy_in_behaviour_of_the_incumbent_is_stopped_after_one_paired_round(
     assert all(seeds == rounds[0][2] for _, _, seeds in rounds[2:])
 
 
+def test_a_challenger_trained_on_a_seed_of_the_incumbents_round_pairs_with_its_next(
+    tmp_path, role_suites
+):
+    """The run's seed pool is shared, so a generation can train a child on a seed of an
+    earlier race's validation round. Raced alone, that child is paired with the incumbent's
+    next round whose seeds are all fresh to it (the baseline's runs there are cached), not
+    sent to draw fresh seeds; only when every round holds a seed it saw does it draw."""
+    from metarl.discovery.races import Races
+
+    _, rows, events, log = run(tmp_path / "a.db", config(budget=3), validation_gain=0.0, noise=40.0)
+    races_seen = [d for kind, d in events if kind == "confirm"]
+    incumbent, raced = races_seen[-1]["incumbent"], races_seen[-1]["id"]
+    other = next(r["id"] for r in rows if not r["is_seed"] and r["id"] != raced)
+    with Archive(tmp_path / "a.db") as archive:
+        rounds = list(
+            dict.fromkeys(
+                tuple(row["seeds"]) for row in archive.role_evaluations(incumbent, "validation")
+            )
+        )
+        assert len(rounds) == 3  # raced to the cap of 12 in rounds of 4
+        races = Races(archive, config().resolved(), None, None, "r1", [], lambda *a: None)
+        races._seen = lambda cids: {rounds[0][1]}  # trained on a seed of the first round
+        assert races._incumbent_round(incumbent, other) == list(rounds[1])
+        races._seen = lambda cids: {rounds[0][0], rounds[1][2], rounds[2][3]}
+        assert races._incumbent_round(incumbent, other) is None
+
+
 def test_the_proposer_sees_neither_test_envs_nor_test_numbers(tmp_path, role_suites):
     from metarl.discovery.planning import parent_info
     from metarl.discovery.proposers.llm.prompts import describe_program

@@ -169,18 +169,22 @@ class Races:
         return roles.role_table(rows, self.envs, self.config.lr_aggregation)
 
     def _incumbent_round(self, incumbent: str, challenger: str) -> list[int] | None:
-        """The seeds of the incumbent's first validation round the challenger has not run,
-        for a round that trains the challenger alone: paired with the incumbent's runs
-        (same seeds, same layout: comparable return by return, so a copy in behaviour shows
-        at once). None when there is no such round, or when its seeds are not fresh to the
-        challenger (it was trained on one of them): then the round draws fresh seeds."""
+        """The seeds of the incumbent's first validation round that the challenger has not
+        run and whose seeds are fresh to it, for a round that trains the challenger alone:
+        paired with the incumbent's runs (same seeds, same layout: comparable return by
+        return, so a copy in behaviour shows at once), and the baseline's runs on them are
+        cached. A round holding a seed the challenger was trained on is skipped (the run's
+        seed pool is shared: on minatar-cpu a generation drew one of the first race's
+        validation seeds, and the next race drew fresh seeds, so it trained the baseline on
+        4 Seaquest seeds again, 5 of its 10.6 minutes). None when no round is left: then the
+        round draws fresh seeds."""
         theirs = self.archive.role_evaluations(incumbent, "validation")
         mine = self.archive.role_evaluations(challenger, "validation")
         done = {tuple(row["seeds"]) for row in mine}
         seen = self._seen([challenger])
         for seeds in dict.fromkeys(tuple(int(s) for s in r["seeds"]) for r in theirs):
-            if seeds not in done:
-                return None if seen & set(seeds) else list(seeds)
+            if seeds not in done and not seen & set(seeds):
+                return list(seeds)
         return None
 
     def _same_behaviour(self, incumbent: str, challenger: str) -> bool:

@@ -73,7 +73,7 @@ def one_race(rng, args, effect: float, design: int, number: int) -> tuple[str, i
         elif design == 1:
             verdict = bootstrap_look(challenger, incumbent, 1.0 - 2.0 * share / looks, cap)
         else:
-            later = {n: lv for n, lv in plan.levels.items() if n > runs} if design == 3 else None
+            later = plan.later(runs) if design == 3 else None
             decision = statistics.race(
                 incumbent, {"c": challenger}, max_runs=cap, level=plan.level(runs), later=later
             )

@@ -19,8 +19,6 @@ import argparse
 import os
 import platform
 
-import numpy as np
-
 from metarl.archives.store import Archive
 from metarl.evaluation import permutation, roles, statistics
 from metarl.rl.suites import SUITES
@@ -68,10 +66,9 @@ def main() -> None:
                 x = table(mine_rows, ours_seen, envs, agg)
                 y = table(theirs_rows, known | (trained_with & ours_seen), envs, agg)
                 runs = x.shape[0]
-                later = {n: lv for n, lv in plan.levels.items() if n > runs}
                 p = permutation.permutation_p_values(x, y).better
                 looks.append(f"{runs}: {p:.4f}, {plan.level(runs):.4f}")
-                for name, curtail in (("uncurtailed", None), ("curtailed", later)):
+                for name, curtail in (("uncurtailed", None), ("curtailed", plan.later(runs))):
                     if name in decided:
                         continue
                     verdict = statistics.race(
@@ -102,5 +99,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    np.set_printoptions(precision=3)
     main()

@@ -350,7 +350,8 @@ def test_a_race_no_later_look_can_win_stops_as_unwinnable():
     """Even if its 4 remaining runs beat every run so far, its p-value at 8 would be 0.09, far
     above the look's 0.0019: the remaining round could only confirm the loss."""
     assert RACE_4.levels == {4: 0.0, 8: pytest.approx(0.05 * 6 / np.pi**2 / 16)}
-    later = {runs: level for runs, level in RACE_4.levels.items() if runs > 4}
+    later = RACE_4.later(4)
+    assert later == {8: RACE_4.level(8)}
     kept = race(LONG_RUN_INCUMBENT, {"c": LONG_RUN_CHALLENGER}, max_runs=8, level=0.0, later=later)
     assert kept.verdicts == {"c": UNWINNABLE} and kept.to_run == []
     # not WORSE: the futility test alone would have spent the second round on it

@@ -141,9 +141,12 @@ class Races:
                 if paired is None:  # no env both define: nothing to compare on
                     return False
                 level = plan.level(runs[challenger])
-                later = {n: lv for n, lv in plan.levels.items() if n > runs[challenger]}
                 decision = statistics.race(
-                    paired[0], {challenger: paired[1]}, max_runs=cap, level=level, later=later
+                    paired[0],
+                    {challenger: paired[1]},
+                    max_runs=cap,
+                    level=level,
+                    later=plan.later(runs[challenger]),
                 )
                 verdict = decision.verdicts[challenger]
                 self._emit_race(

@@ -430,6 +430,10 @@ class RacePlan(NamedTuple):
         """The level of the look at `runs` runs (0 for a look the plan did not foresee)."""
         return self.levels.get(int(runs), 0.0)
 
+    def later(self, runs: int) -> dict[int, float]:
+        """The looks after the one at `runs` runs, runs -> level (`race`'s `later`)."""
+        return {n: level for n, level in self.levels.items() if n > int(runs)}
+
 
 def race_plan(race_number: int, round_seeds: int, race_seeds: int, error_rate: float) -> RacePlan:
     """The levels of a run's `race_number`-th race, so that the chance that the whole run ever
